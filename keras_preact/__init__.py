@@ -1,0 +1,45 @@
+"""keras-preact: the networks of *Identity Mappings in Deep Residual Networks* (He et al.,
+ECCV 2016) in Keras 3, by name.
+
+Example:
+>>> import keras_preact
+>>> model = keras_preact.build("preact-164")
+>>> model.count_params() > 1_700_000
+True
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+import keras
+
+from keras_preact import models as _models  # noqa: F401  (registers every name)
+from keras_preact.builder import build_from_spec
+from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
+
+
+def build(name: str, **overrides) -> keras.Model:
+    """Builds a registered network, optionally changed by `overrides`.
+
+    Args:
+        name: a registered name, see `list_models()`: e.g. `"preact-1001"`,
+            `"resnet-110"`, `"preact-200-imagenet"`, `"resnet-164-bn-after-add"`.
+        **overrides: any `ResNetSpec` field, e.g. `unit="relu-only-preact"` (Fig. 4),
+            `shortcut="exclusive-gating", gate_bias=-6.0` (Table 1), `block="single"`
+            (Table 3), `depth=56`, `classes=100`, `input_shape=(64, 64, 3)`,
+            `include_top=False, pooling="avg"`, `classifier_activation=None`.
+
+    Returns:
+        An uncompiled `keras.Model` taking RGB images normalized by
+        `keras_preact.applications.preprocess_input`.
+
+    Example:
+    >>> model = build("preact-110", classes=100)
+    >>> model.output.shape
+    (None, 100)
+    """
+    return build_from_spec(resolve(name, **overrides), name=name)
+
+
+__all__ = ["ResNetSpec", "build", "build_from_spec", "get_spec", "list_models", "resolve"]

@@ -1,0 +1,148 @@
+"""Building blocks as plain functions on Keras tensors.
+
+Initialization follows the reference Torch code: conv kernels ~ N(0, sqrt(2 / (k*k*n_out)))
+(He, fan-out), no conv bias (a BN or an Add always follows), BN gamma=1 / beta=0 with Torch's
+momentum and epsilon.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_preact.specs import EXPANSION, ResNetSpec
+
+CONV_INIT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+# Torch nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the references zero the bias.
+DENSE_INIT = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
+
+# Fig. 4: the ops before the first conv (`pre`), between convs (`mid`), at the end of the
+# residual branch (`end`) and after the addition (`post`).
+DESIGNS = {
+    "original": {"pre": (), "mid": ("bn", "relu"), "end": ("bn",), "post": ("relu",)},
+    "bn-after-add": {"pre": (), "mid": ("bn", "relu"), "end": (), "post": ("bn", "relu")},
+    "relu-before-add": {"pre": (), "mid": ("bn", "relu"), "end": ("bn", "relu"), "post": ()},
+    "relu-only-preact": {"pre": ("relu",), "mid": ("bn", "relu"), "end": ("bn",), "post": ()},
+    "full-preact": {"pre": ("bn", "relu"), "mid": ("bn", "relu"), "end": (), "post": ()},
+}
+
+
+def conv(x, filters: int, kernel: int, name: str, strides: int = 1):
+    return keras.layers.Conv2D(
+        filters,
+        kernel,
+        strides=strides,
+        padding="same",
+        use_bias=False,
+        kernel_initializer=CONV_INIT,
+        name=name,
+    )(x)
+
+
+class Namer:
+    """Names the layers of one unit `{prefix}_{kind}{k}`, k counting each kind from 1.
+
+    So a full pre-activation basic unit is bn1 relu1 conv1 bn2 relu2 conv2 add, and an
+    original one conv1 bn1 relu1 conv2 bn2 add out_relu: stable, hierarchical names.
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, kind: str) -> str:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        return f"{self.prefix}_{kind}{self.counts[kind]}"
+
+
+def apply_ops(x, ops: tuple[str, ...], name):
+    """Applies "bn" / "relu" in order; `name(kind)` gives each layer its name."""
+    for op in ops:
+        if op == "bn":
+            # Torch's BN: running averages with momentum 0.1 (Keras 0.9), eps 1e-5.
+            layer = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name("bn"))
+        else:
+            layer = keras.layers.ReLU(name=name("relu"))
+        x = layer(x)
+    return x
+
+
+def branch_convs(spec: ResNetSpec, width: int, strides: int) -> list[tuple[int, int, int]]:
+    """(filters, kernel, strides) of the residual branch. Stride sits on the 3x3 conv, as in
+    fb.resnet.torch and timm (resnet-1k-layers strides the first 1x1: same parameters)."""
+    if spec.block == "bottleneck":
+        return [(width, 1, 1), (width, 3, strides), (width * EXPANSION["bottleneck"], 1, 1)]
+    if spec.block == "basic":
+        return [(width, 3, strides), (width, 3, 1)]
+    return [(width, 3, strides)]
+
+
+def residual_branch(x, spec: ResNetSpec, width: int, strides: int, name: Namer):
+    """The convs of F with the design's `mid` ops between them and `end` ops after."""
+    design = DESIGNS[spec.unit]
+    convs = branch_convs(spec, width, strides)
+    for k, (filters, kernel, stride) in enumerate(convs, start=1):
+        x = conv(x, filters, kernel, name("conv"), stride)
+        x = apply_ops(x, design["mid"] if k < len(convs) else design["end"], name)
+    return x
+
+
+def projection(x, spec: ResNetSpec, filters: int, strides: int, prefix: str):
+    """1x1 conv shortcut; post-activation designs normalize it like their branch."""
+    x = conv(x, filters, 1, f"{prefix}_shortcut_conv", strides)
+    if not spec.preact:
+        x = apply_ops(x, ("bn",), lambda kind: f"{prefix}_shortcut_{kind}")
+    return x
+
+
+def gate(x, spec: ResNetSpec, prefix: str):
+    """Returns (g, 1 - g) with g = sigmoid(1x1 conv(x) + b_g), one gate per channel."""
+    g = keras.layers.Conv2D(
+        x.shape[-1],
+        1,
+        activation="sigmoid",
+        kernel_initializer=CONV_INIT,
+        bias_initializer=keras.initializers.Constant(spec.gate_bias),
+        name=f"{prefix}_gate",
+    )(x)
+    return g, keras.layers.Rescaling(-1.0, offset=1.0, name=f"{prefix}_gate_complement")(g)
+
+
+def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *, first: bool,
+                  skip_pre: bool = False):
+    """One residual unit: `post(shortcut(x) + F(pre(x)))` in the Fig. 4 design of `spec`.
+
+    Args:
+        first: first unit of a stage. Its pre-activation is shared by the residual branch
+            and the shortcut (resnet-pre-act.lua, preresnet.lua), so the shortcut of a
+            dimension-changing unit sees normalized input.
+        skip_pre: the input is already activated (ImageNet stem), so no pre-activation.
+    """
+    design = DESIGNS[spec.unit]
+    out_channels = width * EXPANSION[spec.block]
+    name = Namer(prefix)
+    pre = x if skip_pre else apply_ops(x, design["pre"], name)
+    shortcut = pre if first else x
+    residual = residual_branch(pre, spec, width, strides, name)
+
+    if strides != 1 or x.shape[-1] != out_channels or spec.shortcut == "conv1x1":
+        shortcut = projection(shortcut, spec, out_channels, strides, prefix)
+    elif spec.shortcut == "constant-scaling":
+        shortcut = keras.layers.Rescaling(spec.shortcut_scale, name=f"{prefix}_shortcut_scale")(
+            shortcut
+        )
+        if spec.residual_scale != 1.0:
+            residual = keras.layers.Rescaling(
+                spec.residual_scale, name=f"{prefix}_residual_scale"
+            )(residual)
+    elif spec.shortcut in ("exclusive-gating", "shortcut-only-gating"):
+        g, one_minus_g = gate(shortcut, spec, prefix)
+        shortcut = keras.layers.Multiply(name=f"{prefix}_shortcut_gated")([one_minus_g, shortcut])
+        if spec.shortcut == "exclusive-gating":
+            residual = keras.layers.Multiply(name=f"{prefix}_residual_gated")([g, residual])
+    elif spec.shortcut == "dropout":
+        shortcut = keras.layers.Dropout(spec.dropout_rate, name=f"{prefix}_shortcut_dropout")(
+            shortcut
+        )
+
+    x = keras.layers.Add(name=f"{prefix}_add")([shortcut, residual])
+    return apply_ops(x, design["post"], lambda kind: f"{prefix}_out_{kind}")

@@ -1,0 +1,71 @@
+"""The one path from a spec to a Keras functional model: stem, stages, head."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_preact import blocks
+from keras_preact.specs import ResNetSpec
+
+
+def stem(x, spec: ResNetSpec):
+    """CIFAR: 3x3 conv (16). ImageNet: 7x7/2 conv (64) - BN - ReLU - 3x3/2 max-pool.
+
+    A CIFAR pre-activation net leaves its stem un-normalized: the first unit's own
+    pre-activation does it (resnet-pre-act.lua). Whatever that unit's design lacks of
+    BN-ReLU (all of it for post-activation designs) is done here.
+    """
+    if spec.family == "imagenet":
+        x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2)
+        x = blocks.apply_ops(x, ("bn", "relu"), lambda kind: f"stem_{kind}")
+        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    x = blocks.conv(x, spec.stem_width, 3, "stem_conv")
+    missing = tuple(op for op in ("bn", "relu") if op not in blocks.DESIGNS[spec.unit]["pre"])
+    return blocks.apply_ops(x, missing, lambda kind: f"stem_{kind}")
+
+
+def head(x, spec: ResNetSpec):
+    """Pre-activation nets end with one more BN-ReLU after the last addition (their units
+    leave the sum un-normalized), then global average pooling and the classifier."""
+    x = blocks.apply_ops(x, blocks.DESIGNS[spec.unit]["pre"], lambda kind: f"final_{kind}")
+    if spec.include_top:
+        x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+        return keras.layers.Dense(
+            spec.classes,
+            activation=spec.classifier_activation,
+            kernel_initializer=blocks.DENSE_INIT,
+            name="predictions",
+        )(x)
+    if spec.pooling == "avg":
+        return keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    if spec.pooling == "max":
+        return keras.layers.GlobalMaxPooling2D(name="max_pool")(x)
+    return x
+
+
+def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None) -> keras.Model:
+    """Builds the functional model described by `spec`.
+
+    Layers are named `stem_*`, `stage{s}_unit{uuu}_*`, `final_*`, `predictions`: stable
+    across versions, so weights saved by name keep loading.
+    """
+    if input_tensor is None:
+        inputs = keras.Input(shape=spec.input_shape, name="images")
+        x = inputs
+    else:
+        inputs = keras.utils.get_source_inputs(input_tensor)
+        x = input_tensor
+    x = stem(x, spec)
+    for s, (n_units, width) in enumerate(zip(spec.units, spec.widths), start=1):
+        for u in range(1, n_units + 1):
+            x = blocks.residual_unit(
+                x,
+                spec,
+                width,
+                strides=2 if (u == 1 and s > 1) else 1,
+                prefix=f"stage{s}_unit{u:03d}",
+                first=u == 1,
+                # The ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
+                skip_pre=spec.family == "imagenet" and s == 1 and u == 1,
+            )
+    return keras.Model(inputs, head(x, spec), name=name)

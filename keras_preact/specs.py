@@ -1,0 +1,191 @@
+"""Architecture as data: one frozen `ResNetSpec` per registered model name.
+
+A spec says *what* a network is (family, block, units per stage, unit design, shortcut);
+`keras_preact.blocks` says *how* each piece is built. `build(name, **overrides)` is
+`build_from_spec(resolve(name, **overrides))`, and nothing else builds a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+
+# Fig. 4 (a)-(e): where BN and ReLU sit in a residual unit.
+UNITS = ("original", "bn-after-add", "relu-before-add", "relu-only-preact", "full-preact")
+# Fig. 2 / Table 1: what the shortcut does on units that keep their dimensions.
+SHORTCUTS = (
+    "identity",
+    "constant-scaling",
+    "exclusive-gating",
+    "shortcut-only-gating",
+    "conv1x1",
+    "dropout",
+)
+# basic: two 3x3 convs; bottleneck: 1x1-3x3-1x1 (4x wider output); single: one 3x3 conv
+# (Table 3's "1-layer skip").
+BLOCKS = ("basic", "bottleneck", "single")
+CONVS_PER_UNIT = {"basic": 2, "bottleneck": 3, "single": 1}
+EXPANSION = {"basic": 1, "bottleneck": 4, "single": 1}
+FAMILIES = ("cifar", "imagenet")
+POOLINGS = (None, "avg", "max")
+
+# ImageNet stage layouts of fb.resnet.torch (preresnet.lua), keyed by (block, depth).
+IMAGENET_UNITS = {
+    ("basic", 18): (2, 2, 2, 2),
+    ("basic", 34): (3, 4, 6, 3),
+    ("bottleneck", 50): (3, 4, 6, 3),
+    ("bottleneck", 101): (3, 4, 23, 3),
+    ("bottleneck", 152): (3, 8, 36, 3),
+    ("bottleneck", 200): (3, 24, 36, 3),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetSpec:
+    """Everything that defines one network. Fields double as `build()` overrides.
+
+    `depth` is accepted as an override too and converted to `units` (see `resolve`).
+    """
+
+    family: str  # "cifar": 3x3 stem, 3 stages; "imagenet": 7x7/2 stem + max-pool, 4 stages.
+    block: str
+    units: tuple[int, ...]  # residual units per stage
+    unit: str = "full-preact"
+    shortcut: str = "identity"
+    shortcut_scale: float = 0.5  # constant-scaling: lambda on the shortcut
+    residual_scale: float = 1.0  # constant-scaling: factor on F (Table 1: 1 or 0.5)
+    gate_bias: float = 0.0  # gating: initial bias b_g of the 1x1 gate conv
+    dropout_rate: float = 0.5  # dropout shortcut
+    classes: int = 10
+    input_shape: tuple[int | None, int | None, int] = (32, 32, 3)
+    include_top: bool = True
+    pooling: str | None = None  # only used when include_top=False (Keras Applications)
+    classifier_activation: str | None = "softmax"
+    paper_result: str = ""  # the paper's test error for this exact network, if any
+
+    def __post_init__(self):
+        _check_choice("family", self.family, FAMILIES)
+        _check_choice("block", self.block, BLOCKS)
+        _check_choice("unit", self.unit, UNITS)
+        _check_choice("shortcut", self.shortcut, SHORTCUTS)
+        _check_choice("pooling", self.pooling, POOLINGS)
+        stages = 3 if self.family == "cifar" else 4
+        units = tuple(self.units)
+        if len(units) != stages or not all(isinstance(n, int) and n >= 1 for n in units):
+            raise ValueError(
+                f"`units` must be {stages} positive integers for the {self.family} "
+                f"family. Received: units={self.units!r}"
+            )
+        object.__setattr__(self, "units", units)
+        if not (isinstance(self.classes, int) and self.classes >= 1):
+            raise ValueError(f"`classes` must be a positive integer. Received: {self.classes!r}")
+        shape = tuple(self.input_shape)
+        if len(shape) != 3 or shape[-1] != 3:
+            raise ValueError(
+                f"`input_shape` must be (height, width, 3), channels last. Received: {self.input_shape!r}"
+            )
+        object.__setattr__(self, "input_shape", shape)
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"`dropout_rate` must be in [0, 1). Received: {self.dropout_rate!r}")
+
+    @property
+    def depth(self) -> int:
+        """Weighted layers: convs in the units, plus the stem conv and the classifier."""
+        return CONVS_PER_UNIT[self.block] * sum(self.units) + 2
+
+    @property
+    def stem_width(self) -> int:
+        return 16 if self.family == "cifar" else 64
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Bottleneck (inner) width of each stage; a unit outputs `width * EXPANSION`."""
+        return (16, 32, 64) if self.family == "cifar" else (64, 128, 256, 512)
+
+    @property
+    def preact(self) -> bool:
+        """Whether units normalize their *input* (Fig. 4 d, e) rather than their output."""
+        return self.unit in ("relu-only-preact", "full-preact")
+
+
+def _check_choice(field: str, value, valid: tuple) -> None:
+    if value not in valid:
+        raise ValueError(f"Unknown {field} {value!r}. Valid {field}s: {list(valid)}.")
+
+
+def units_for_depth(family: str, block: str, depth: int) -> tuple[int, ...]:
+    """Stage layout for a depth: 6n+2 (basic), 9n+2 (bottleneck), 3n+2 (single) on CIFAR."""
+    _check_choice("family", family, FAMILIES)
+    _check_choice("block", block, BLOCKS)
+    if family == "imagenet":
+        valid = sorted(d for b, d in IMAGENET_UNITS if b == block)
+        if (block, depth) not in IMAGENET_UNITS:
+            raise ValueError(
+                f"No ImageNet layout for depth={depth!r} with {block!r} units. Valid "
+                f"depths: {valid} (or pass units=(a, b, c, d) for a custom layout)."
+            )
+        return IMAGENET_UNITS[(block, depth)]
+    step = 3 * CONVS_PER_UNIT[block]
+    if not isinstance(depth, int) or depth < step + 2 or (depth - 2) % step:
+        raise ValueError(
+            f"CIFAR nets with {block!r} units have depth {step}n+2 (n >= 1), e.g. "
+            f"{[step * n + 2 for n in (1, 3, 18)]}. Received: depth={depth!r}"
+        )
+    return ((depth - 2) // step,) * 3
+
+
+def resolve(name: str, **overrides) -> ResNetSpec:
+    """The spec of a registered name with `overrides` applied and validated.
+
+    `depth=` (or a new `block=` alone, which keeps the depth) is turned into `units`.
+    """
+    spec = get_spec(name)
+    fields = {f.name for f in dataclasses.fields(ResNetSpec)} | {"depth"}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(
+            f"Unknown override(s) {unknown} for {name!r}. Valid: {sorted(fields - {'paper_result'})}."
+        )
+    if "units" in overrides and "depth" in overrides:
+        raise ValueError("Pass `depth` or `units`, not both.")
+    if "units" not in overrides and ("depth" in overrides or "block" in overrides):
+        block = overrides.get("block", spec.block)
+        depth = overrides.pop("depth", spec.depth)
+        overrides["units"] = units_for_depth(spec.family, block, depth)
+    changes_network = set(overrides) - {"include_top", "pooling", "classifier_activation"}
+    if changes_network:
+        overrides.setdefault("paper_result", "")  # it no longer is the paper's network
+    return dataclasses.replace(spec, **overrides)
+
+
+_REGISTRY: dict[str, ResNetSpec] = {}
+
+
+def register(name: str, spec: ResNetSpec) -> None:
+    if name in _REGISTRY:
+        raise ValueError(f"Model {name!r} is already registered.")
+    _REGISTRY[name] = spec
+
+
+def get_spec(name: str) -> ResNetSpec:
+    """The registered spec of `name`; a ValueError suggests the closest names."""
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ValueError(
+            f"Unknown model name {name!r}.{hint} See keras_preact.list_models() "
+            f"for all {len(_REGISTRY)} names."
+        )
+    return _REGISTRY[name]
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name.
+
+    Example:
+    >>> list_models("preact-1??")
+    ['preact-110', 'preact-164']
+    """
+    names = fnmatch.filter(_REGISTRY, pattern)
+    return sorted(names, key=lambda n: (_REGISTRY[n].family, _REGISTRY[n].depth, n))

@@ -1,0 +1,49 @@
+"""keras-preact: the networks of *Identity Mappings in Deep Residual Networks* in Keras 3."""
+
+import pathlib
+import re
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+VERSION = re.search(
+    r'__version__ = "([^"]+)"', (HERE / "keras_preact" / "__init__.py").read_text()
+).group(1)
+
+setup(
+    name="keras-preact",
+    version=VERSION,
+    description=(
+        "Pre-activation (and original) ResNets of He et al., ECCV 2016, for Keras 3: "
+        "builders, a tf.distribute trainer, and TF Serving export."
+    ),
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["keras_preact", "keras_preact.*"]),
+    include_package_data=True,
+    install_requires=[
+        # The full package, not tensorflow-cpu: tensorflow-serving-api requires it.
+        "tensorflow>=2.20",
+        "keras>=3.10",
+        "tensorflow-datasets>=4.9",
+        # tensorflow-datasets 4.9.x imports it without declaring it.
+        "importlib_resources",
+        # PredictionLog protos for the TF Serving warm-up file written at export.
+        "tensorflow-serving-api>=2.20",
+        # Training curves in the paper's style (`keras-preact plot`, notebooks).
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        # nbclient/nbformat/ipykernel execute the notebooks inside the test suite.
+        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6"],
+        # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
+        "bench": ["torch>=2.4", "psutil>=5.9"],
+    },
+    entry_points={"console_scripts": ["keras-preact=keras_preact.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
