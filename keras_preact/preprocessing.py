@@ -45,3 +45,47 @@ def preprocess_input(x, family: str = "cifar"):
     return (x - ops.convert_to_tensor(mean, "float32")) / ops.convert_to_tensor(
         std, "float32"
     )
+
+
+# Evaluation input size per family, and the resize-then-centre-crop ratio of fb.resnet.torch
+# (resize the shorter side to 256, centre-crop 224).
+EVAL_SIZE = {"cifar": 32, "imagenet": 224}
+IMAGENET_RESIZE_RATIO = 256 / 224
+
+
+def family_of(model: keras.Model) -> str:
+    """"imagenet" for nets with the 7x7/2 + max-pool stem (layer `stem_pool`), else "cifar"."""
+    names = {layer.name for layer in model.layers}
+    return "imagenet" if "stem_pool" in names else "cifar"
+
+
+def resize_for_eval(images, family: str, size: int | None = None):
+    """Evaluation geometry, shared by the eval pipeline and the serving signatures.
+
+    CIFAR: bilinear resize to `size` x `size` (a no-op for 32x32 input). ImageNet: resize the
+    shorter side to `size * 256/224`, then centre-crop `size` x `size`.
+
+    Args:
+        images: `(batch, height, width, 3)` or `(height, width, 3)` uint8/float tensor.
+        family: "cifar" or "imagenet".
+        size: output side; defaults to `EVAL_SIZE[family]`.
+
+    Returns:
+        float32 images of side `size`, values still in [0, 255].
+    """
+    import tensorflow as tf  # tf.data and SavedModel code paths only
+
+    if family not in EVAL_SIZE:
+        raise ValueError(f"Unknown family {family!r}. Valid: {sorted(EVAL_SIZE)}.")
+    size = size or EVAL_SIZE[family]
+    images = tf.cast(images, tf.float32)
+    if family == "cifar":
+        return tf.image.resize(images, (size, size))
+    shape = tf.shape(images)
+    height, width = tf.cast(shape[-3], tf.float32), tf.cast(shape[-2], tf.float32)
+    scale = size * IMAGENET_RESIZE_RATIO / tf.minimum(height, width)
+    new_hw = tf.cast(tf.round(tf.stack([height * scale, width * scale])), tf.int32)
+    images = tf.image.resize(images, new_hw)
+    top = (new_hw[0] - size) // 2
+    left = (new_hw[1] - size) // 2
+    return images[..., top : top + size, left : left + size, :]
