@@ -14,7 +14,7 @@ import sys
 from keras_preact import __version__
 
 # Order shown by --help.
-COMMANDS = ("list",)
+COMMANDS = ("list", "plot")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,152 @@
+"""Training curves in the style of the paper's Fig. 1 and Fig. 6.
+
+Each run directory holds the trainer's `metrics.csv` (one row per epoch, header
+`epoch,step,lr,loss,accuracy,val_loss,val_accuracy`, `step` = optimizer iterations).
+`plot_runs` overlays runs: training loss dashed (left axis), test error solid (right axis),
+one colour per run, and the learning rate below. Figures are drawn on a plain
+`matplotlib.figure.Figure` with the Agg canvas, so no GUI backend and no global pyplot
+state is touched (notebooks still display the returned figure inline).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+METRICS_FILE = "metrics.csv"
+COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
+
+
+def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Reads `RUN_DIR/metrics.csv` into float arrays keyed by column (empty cells -> NaN).
+
+    Example:
+    >>> m = read_metrics("runs/preact-110")  # doctest: +SKIP
+    >>> m["step"][-1], 100 - 100 * m["val_accuracy"][-1]  # doctest: +SKIP
+    (64000.0, 6.37)
+    """
+    path = os.path.join(os.fspath(run_dir), METRICS_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"No {METRICS_FILE} in run directory {os.fspath(run_dir)!r}: expected the file "
+            f"the trainer writes there (`keras-preact train ... --output RUN_DIR`)."
+        )
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("step", "loss") if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(
+                f"{path} lacks column(s) {missing}. Expected header: {','.join(COLUMNS)}. "
+                f"Received: {reader.fieldnames}"
+            )
+        rows = list(reader)
+    return {
+        column: np.array([float(row[column]) if row[column] else np.nan for row in rows])
+        for column in reader.fieldnames
+    }
+
+
+def error_percent(accuracy: np.ndarray) -> np.ndarray:
+    """Classification error in percent, as the paper plots it: 100 - 100 * accuracy."""
+    return 100.0 - 100.0 * np.asarray(accuracy, dtype=float)
+
+
+def plot_runs(
+    run_dirs: Sequence[str | os.PathLike],
+    output: str | os.PathLike | None = None,
+    *,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Overlays the training curves of several runs, Fig. 1/6 style.
+
+    Top panel: training loss (dashed, left axis) and test error % (solid, right axis) vs
+    iterations, the same colour per run. Bottom panel: learning rate vs iterations.
+
+    Args:
+        run_dirs: directories each holding a `metrics.csv`.
+        output: if given, the figure is also written there (format from the extension,
+            e.g. `.png`, `.pdf`, `.svg`), atomically.
+        labels: legend label per run; defaults to each directory's base name.
+        title: optional figure title.
+
+    Returns:
+        The `matplotlib.figure.Figure`.
+
+    Example:
+    >>> fig = plot_runs(["runs/resnet-110", "runs/preact-110"], "curves.png")  # doctest: +SKIP
+    """
+    run_dirs = [os.fspath(d) for d in run_dirs]
+    if not run_dirs:
+        raise ValueError("`plot_runs` needs at least one run directory. Received: []")
+    if labels is None:
+        labels = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    if len(labels) != len(run_dirs):
+        raise ValueError(
+            f"Received {len(labels)} labels for {len(run_dirs)} run directories."
+        )
+    runs = [read_metrics(d) for d in run_dirs]
+
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_loss, ax_lr = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    ax_err = ax_loss.twinx()
+    for k, (metrics, label) in enumerate(zip(runs, labels)):
+        colour = f"C{k % 10}"
+        steps = metrics["step"]
+        ax_loss.plot(steps, metrics["loss"], "--", color=colour, label=f"{label} train loss")
+        if "val_accuracy" in metrics and not np.all(np.isnan(metrics["val_accuracy"])):
+            ax_err.plot(
+                steps, error_percent(metrics["val_accuracy"]), "-", color=colour,
+                label=f"{label} test error",
+            )
+        if "lr" in metrics:
+            # The lr logged for an epoch held through it: a step plot ending at its step.
+            ax_lr.plot(steps, metrics["lr"], "-", color=colour, label=label, drawstyle="steps-pre")
+
+    ax_loss.set_ylabel("training loss (dashed)")
+    ax_err.set_ylabel("test error % (solid)")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("iterations")
+    lrs = [m["lr"] for m in runs if "lr" in m]
+    if lrs and all(np.nanmin(lr) > 0 for lr in lrs):
+        ax_lr.set_yscale("log")  # step decays (0.1 -> 0.01 -> 0.001) read best on a log axis
+    handles = ax_loss.get_legend_handles_labels()
+    twin = ax_err.get_legend_handles_labels()
+    ax_loss.legend(handles[0] + twin[0], handles[1] + twin[1], fontsize="small", loc="upper right")
+    if title:
+        fig.suptitle(title)
+    if output is not None:
+        save_figure(fig, output)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> str:
+    """Writes `fig` to `path` atomically (temp file in the same directory, then rename).
+
+    The format comes from the extension. Returns the path written.
+    """
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if ext not in supported:
+        raise ValueError(
+            f"Cannot tell the image format of {path!r}. Valid extensions: {sorted(supported)}."
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f".{ext}")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=ext, dpi=dpi)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path

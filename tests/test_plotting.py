@@ -1,0 +1,92 @@
+"""Plotting: the figure's lines carry the CSV's numbers, dashed = train loss, solid = test error."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from keras_preact import cli, plotting
+
+HEADER = "epoch,step,lr,loss,accuracy,val_loss,val_accuracy\n"
+
+
+def write_run(tmp_path, name, rows):
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    lines = [",".join(str(v) for v in row) for row in rows]
+    (run_dir / "metrics.csv").write_text(HEADER + "\n".join(lines) + "\n")
+    return run_dir
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    a = write_run(tmp_path, "resnet-110", [
+        (1, 391, 0.1, 1.5, 0.45, 1.4, 0.50),
+        (2, 782, 0.1, 1.0, 0.65, 1.1, 0.62),
+        (3, 1173, 0.01, 0.7, 0.75, 0.9, 0.70),
+    ])
+    b = write_run(tmp_path, "preact-110", [
+        (1, 391, 0.1, 1.4, 0.48, 1.3, 0.55),
+        (2, 782, 0.1, 0.9, 0.68, 1.0, 0.66),
+        (3, 1173, 0.01, 0.6, 0.79, 0.8, 0.75),
+    ])
+    return a, b
+
+
+def lines_by_label(fig):
+    return {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+
+
+def test_plot_runs_lines_carry_the_metrics(two_runs, tmp_path):
+    fig = plotting.plot_runs(two_runs)
+    lines = lines_by_label(fig)
+
+    loss = lines["preact-110 train loss"]
+    np.testing.assert_allclose(loss.get_xdata(), [391, 782, 1173])
+    np.testing.assert_allclose(loss.get_ydata(), [1.4, 0.9, 0.6])
+    assert loss.get_linestyle() == "--"
+
+    error = lines["resnet-110 test error"]
+    np.testing.assert_allclose(error.get_ydata(), [50.0, 38.0, 30.0])  # 100 - 100 * val_acc
+    assert error.get_linestyle() == "-"
+
+    # One colour per run across loss, error and lr; different runs, different colours.
+    for run in ("resnet-110", "preact-110"):
+        colours = {lines[f"{run} train loss"].get_color(), lines[f"{run} test error"].get_color(),
+                   lines[run].get_color()}
+        assert len(colours) == 1
+    assert lines["resnet-110"].get_color() != lines["preact-110"].get_color()
+    np.testing.assert_allclose(lines["resnet-110"].get_ydata(), [0.1, 0.1, 0.01])
+    assert fig.axes[1].get_yscale() == "log"
+
+
+def test_plot_runs_writes_image_atomically(two_runs, tmp_path):
+    out = tmp_path / "figs" / "curves.png"
+    plotting.plot_runs(two_runs, out, labels=["original", "pre-act"])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(out.parent) == ["curves.png"]  # no temp file left behind
+
+
+def test_missing_val_columns_plot_loss_only(tmp_path):
+    run = write_run(tmp_path, "no-val", [(1, 10, 0.1, 2.0, 0.3, "", ""), (2, 20, 0.1, 1.8, 0.35, "", "")])
+    lines = lines_by_label(plotting.plot_runs([run]))
+    assert set(lines) == {"no-val train loss", "no-val"}
+
+
+def test_errors_name_the_problem(tmp_path, two_runs):
+    with pytest.raises(FileNotFoundError, match="No metrics.csv in run directory"):
+        plotting.plot_runs([tmp_path])
+    with pytest.raises(ValueError, match="Valid extensions"):
+        plotting.plot_runs(two_runs, tmp_path / "curves.nope")
+    with pytest.raises(ValueError, match="2 run directories"):
+        plotting.plot_runs(two_runs, labels=["one"])
+
+
+def test_cli_plot(two_runs, tmp_path, capsys):
+    out = tmp_path / "cli.png"
+    assert cli.main(["plot", *map(str, two_runs), "-o", str(out)]) == 0
+    assert out.stat().st_size > 1000
+    assert cli.main(["plot", str(tmp_path), "-o", str(out)]) == 2
+    assert "keras-preact plot: error: No metrics.csv" in capsys.readouterr().err
