@@ -1,0 +1,110 @@
+"""Export a model as a TF Serving SavedModel: `BASE/NAME/VERSION/`.
+
+The SavedModel needs neither Keras nor keras_preact to run: preprocessing, resizing, top-k and
+class names are TensorFlow ops in its signatures (see `keras_preact.serving.signatures`):
+
+| signature         | input                                       | outputs                                       |
+|-------------------|---------------------------------------------|-----------------------------------------------|
+| `serving_default` | `images` uint8 `[batch, h, w, 3]`           | `probabilities`, `classes`, `scores`, `labels` |
+| `serving_bytes`   | `image_bytes` string `[batch]` (JPEG/PNG)   | same                                          |
+| `classify`        | `inputs` string `[batch]` (tf.Example with `image/encoded`) | `classes` (label strings), `scores` |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import keras
+
+from keras_preact.serving.layout import publish_version, sanitize_name
+
+RUN_FILES = ("model.keras", "config.json")
+
+
+def load_for_export(model_or_path) -> tuple[keras.Model, str]:
+    """`(model, default name)` from a `keras.Model`, a `.keras` file or a trainer run dir.
+
+    Files are loaded with Keras' safe mode on and `compile=False` (serving needs no optimizer).
+    A run dir must hold `model.keras` and `config.json` whose `"model"` names the network.
+    """
+    if isinstance(model_or_path, keras.Model):
+        return model_or_path, model_or_path.name
+    path = os.fspath(model_or_path)
+    if os.path.isdir(path):
+        missing = [f for f in RUN_FILES if not os.path.isfile(os.path.join(path, f))]
+        if missing:
+            raise FileNotFoundError(
+                f"{path} is not a run dir: missing {', '.join(missing)} "
+                f"(a run dir holds {' and '.join(RUN_FILES)})."
+            )
+        config_path = os.path.join(path, "config.json")
+        try:
+            with open(config_path) as f:
+                config = json.load(f)
+            name = config["model"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"{config_path} must be a JSON object with a \"model\" entry. Received error: {e!r}"
+            ) from None
+        return keras.saving.load_model(os.path.join(path, "model.keras"), compile=False), name
+    if os.path.isfile(path) and path.endswith(".keras"):
+        model = keras.saving.load_model(path, compile=False)
+        return model, model.name
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
+    raise ValueError(f"Expected a .keras file or a run dir. Received: {path}")
+
+
+def export_saved_model(
+    model_or_path,
+    base_dir: str,
+    *,
+    name: str | None = None,
+    version: int | None = None,
+    labels: Sequence[str] | None = None,
+) -> str:
+    """Exports a classifier for TF Serving as `base_dir/NAME/VERSION/`; returns that path.
+
+    Args:
+        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir.
+        base_dir: the directory TF Serving's `--model_base_path` (or models.config) points
+            above: the model goes to `base_dir/NAME/`.
+        name: directory/model name; default the run dir's config `"model"` or `model.name`.
+        version: a positive integer; default the next free one. Existing versions are never
+            overwritten (FileExistsError).
+        labels: class names in index order; default `keras_preact.labels.class_names`.
+
+    Returns:
+        The new version directory (`saved_model.pb`, `variables/`, `assets.extra/`).
+
+    Example:
+    >>> import tempfile, keras_preact
+    >>> path = export_saved_model(keras_preact.build("preact-20", depth=8), tempfile.mkdtemp())
+    >>> os.path.basename(path)
+    '1'
+    """
+    from keras_preact.labels import class_names
+    from keras_preact.serving.signatures import build_signatures, model_side
+    from keras_preact.serving.warmup import write_warmup
+
+    model, default_name = load_for_export(model_or_path)
+    name = sanitize_name(name or default_name)
+    classes = model.output_shape[-1]
+    labels = list(class_names(classes) if labels is None else labels)
+    if len(labels) != classes or not all(isinstance(s, str) for s in labels):
+        raise ValueError(
+            f"`labels` must be {classes} strings, one per class. Received {len(labels)} items."
+        )
+    side = model_side(model)
+
+    def write(tmp_dir: str) -> None:
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        for signature, fn in build_signatures(model, labels).items():
+            archive.add_endpoint(signature, fn)
+        archive.write_out(tmp_dir, verbose=False)
+        write_warmup(tmp_dir, name, side)
+
+    return publish_version(os.path.join(os.fspath(base_dir), name), version, write)
