@@ -53,7 +53,8 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None) -
         inputs = keras.Input(shape=spec.input_shape, name="images")
         x = inputs
     else:
-        inputs = keras.utils.get_source_inputs(input_tensor)
+        sources = keras.utils.get_source_inputs(input_tensor)
+        inputs = sources[0] if len(sources) == 1 else sources
         x = input_tensor
     x = stem(x, spec)
     for s, (n_units, width) in enumerate(zip(spec.units, spec.widths), start=1):

@@ -1,0 +1,174 @@
+"""Keras-Applications-style constructors: `PreActResNet164(...)`, `ResNet50(...)`, ...
+
+Every constructor has the standard signature
+`(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
+classes=<10 CIFAR | 1000 ImageNet>, classifier_activation="softmax", name=None)` and builds
+the registered network of the same name through `keras_preact.build`'s single path.
+
+Example:
+>>> from keras_preact.applications import PreActResNet164
+>>> model = PreActResNet164(classes=100)
+>>> model.output.shape
+(None, 100)
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+
+from keras_preact.builder import build_from_spec
+from keras_preact.labels import decode_predictions
+from keras_preact.preprocessing import preprocess_input
+from keras_preact.specs import get_spec, resolve
+
+# Released weights, by model name then tag -> (URL, SHA-256). None are published yet; a tag
+# is added here once a checkpoint reproduces its paper_result.
+PRETRAINED: dict[str, dict[str, tuple[str, str]]] = {}
+
+def application(
+    model_name: str,
+    include_top: bool = True,
+    weights: str | None = None,
+    input_tensor=None,
+    input_shape: tuple | None = None,
+    pooling: str | None = None,
+    classes: int | None = None,
+    classifier_activation: str | None = "softmax",
+    name: str | None = None,
+) -> keras.Model:
+    """Builds registered `model_name` with Keras Applications arguments.
+
+    `weights`: None (random init), a path to a `.weights.h5` file, or a tag in
+    `PRETRAINED[model_name]`. `input_shape` defaults to the input of `input_tensor` or to
+    the registered size (32x32 CIFAR, 224x224 ImageNet); `classes` to 10 or 1000.
+    """
+    overrides = {
+        "include_top": include_top,
+        "pooling": pooling,
+        "classifier_activation": classifier_activation,
+    }
+    if classes is not None:
+        overrides["classes"] = classes
+    if input_shape is None and input_tensor is not None:
+        input_shape = tuple(input_tensor.shape[1:])
+    if input_shape is not None:
+        overrides["input_shape"] = tuple(input_shape)
+    spec = resolve(model_name, **overrides)
+    model = build_from_spec(spec, name=name or model_name, input_tensor=input_tensor)
+    if weights is not None:
+        model.load_weights(_weights_path(model_name, weights))
+    return model
+
+
+def _weights_path(model_name: str, weights: str) -> str:
+    if str(weights).endswith(".weights.h5"):
+        if not os.path.isfile(weights):
+            raise FileNotFoundError(f"No weights file at {weights!r}.")
+        return weights
+    tags = PRETRAINED.get(model_name, {})
+    if weights not in tags:
+        raise ValueError(
+            f"Unknown weights {weights!r} for {model_name!r}. Valid: None, a path to a "
+            f"'.weights.h5' file, or a published tag: {sorted(tags) or 'none published yet'}."
+        )
+    url, sha256 = tags[weights]
+    return keras.utils.get_file(origin=url, file_hash=sha256, cache_subdir="keras_preact")
+
+
+def _constructor(public_name: str, model_name: str):
+    spec = get_spec(model_name)
+
+    def constructor(
+        include_top: bool = True,
+        weights: str | None = None,
+        input_tensor=None,
+        input_shape: tuple | None = None,
+        pooling: str | None = None,
+        classes: int = spec.classes,
+        classifier_activation: str | None = "softmax",
+        name: str | None = None,
+    ) -> keras.Model:
+        return application(
+            model_name,
+            include_top,
+            weights,
+            input_tensor,
+            input_shape,
+            pooling,
+            classes,
+            classifier_activation,
+            name,
+        )
+
+    constructor.__name__ = constructor.__qualname__ = public_name
+    constructor.__doc__ = (
+        f"Builds `{model_name}` ({spec.family}, depth {spec.depth}, {spec.unit} units). "
+        f"Paper: {spec.paper_result or 'not reported'}. Arguments: see `application`."
+    )
+    return constructor
+
+
+# CIFAR.
+ResNet20 = _constructor("ResNet20", "resnet-20")
+ResNet32 = _constructor("ResNet32", "resnet-32")
+ResNet44 = _constructor("ResNet44", "resnet-44")
+ResNet56 = _constructor("ResNet56", "resnet-56")
+ResNet110 = _constructor("ResNet110", "resnet-110")
+ResNet164 = _constructor("ResNet164", "resnet-164")
+ResNet1001 = _constructor("ResNet1001", "resnet-1001")
+ResNet1202 = _constructor("ResNet1202", "resnet-1202")
+PreActResNet20 = _constructor("PreActResNet20", "preact-20")
+PreActResNet32 = _constructor("PreActResNet32", "preact-32")
+PreActResNet44 = _constructor("PreActResNet44", "preact-44")
+PreActResNet56 = _constructor("PreActResNet56", "preact-56")
+PreActResNet110 = _constructor("PreActResNet110", "preact-110")
+PreActResNet164 = _constructor("PreActResNet164", "preact-164")
+PreActResNet1001 = _constructor("PreActResNet1001", "preact-1001")
+# ImageNet: the same names as Keras Applications' ResNet50 etc. (CIFAR depths, 6n+2 and
+# 9n+2, never collide with ImageNet ones).
+ResNet18 = _constructor("ResNet18", "resnet-18-imagenet")
+ResNet34 = _constructor("ResNet34", "resnet-34-imagenet")
+ResNet50 = _constructor("ResNet50", "resnet-50-imagenet")
+ResNet101 = _constructor("ResNet101", "resnet-101-imagenet")
+ResNet152 = _constructor("ResNet152", "resnet-152-imagenet")
+ResNet200 = _constructor("ResNet200", "resnet-200-imagenet")
+PreActResNet18 = _constructor("PreActResNet18", "preact-18-imagenet")
+PreActResNet34 = _constructor("PreActResNet34", "preact-34-imagenet")
+PreActResNet50 = _constructor("PreActResNet50", "preact-50-imagenet")
+PreActResNet101 = _constructor("PreActResNet101", "preact-101-imagenet")
+PreActResNet152 = _constructor("PreActResNet152", "preact-152-imagenet")
+PreActResNet200 = _constructor("PreActResNet200", "preact-200-imagenet")
+
+CONSTRUCTORS = {
+    "ResNet20": ResNet20,
+    "ResNet32": ResNet32,
+    "ResNet44": ResNet44,
+    "ResNet56": ResNet56,
+    "ResNet110": ResNet110,
+    "ResNet164": ResNet164,
+    "ResNet1001": ResNet1001,
+    "ResNet1202": ResNet1202,
+    "PreActResNet20": PreActResNet20,
+    "PreActResNet32": PreActResNet32,
+    "PreActResNet44": PreActResNet44,
+    "PreActResNet56": PreActResNet56,
+    "PreActResNet110": PreActResNet110,
+    "PreActResNet164": PreActResNet164,
+    "PreActResNet1001": PreActResNet1001,
+    "ResNet18": ResNet18,
+    "ResNet34": ResNet34,
+    "ResNet50": ResNet50,
+    "ResNet101": ResNet101,
+    "ResNet152": ResNet152,
+    "ResNet200": ResNet200,
+    "PreActResNet18": PreActResNet18,
+    "PreActResNet34": PreActResNet34,
+    "PreActResNet50": PreActResNet50,
+    "PreActResNet101": PreActResNet101,
+    "PreActResNet152": PreActResNet152,
+    "PreActResNet200": PreActResNet200,
+}
+
+__all__ = ["application", "decode_predictions", "preprocess_input", *CONSTRUCTORS]

@@ -1,0 +1,264 @@
+"""The model zoo: every registered name builds, runs, saves and loads; faithful structure."""
+
+import numpy as np
+import pytest
+
+import keras
+import keras_preact
+from keras_preact import specs
+
+ALL = keras_preact.list_models()
+
+
+def small(name: str, **overrides) -> keras.Model:
+    """`name` with few units per stage (and 64x64 ImageNet input), for speed.
+
+    Two units in stage 1 so that both kinds of unit are built: the stage's first
+    (shared pre-activation, maybe projection) and a plain identity one.
+    """
+    spec = keras_preact.get_spec(name)
+    if spec.family == "imagenet":
+        overrides = {"units": (2, 1, 1, 1), "input_shape": (64, 64, 3), **overrides}
+    else:
+        overrides = {"units": (2, 1, 1), **overrides}
+    return keras_preact.build(name, **overrides)
+
+
+def layer_input(model: keras.Model, name: str) -> list[str]:
+    """Names of the layers whose outputs feed layer `name`."""
+    node = model.get_layer(name)._inbound_nodes[0]
+    return [t._keras_history.operation.name for t in node.input_tensors]
+
+
+def test_registry_has_every_network_of_the_paper():
+    for depth in (20, 32, 44, 56, 110, 164, 1001, 1202):
+        assert f"resnet-{depth}" in ALL
+    for depth in (20, 32, 44, 56, 110, 164, 1001):
+        assert f"preact-{depth}" in ALL
+    for depth in (18, 34, 50, 101, 152, 200):
+        assert f"resnet-{depth}-imagenet" in ALL and f"preact-{depth}-imagenet" in ALL
+    assert keras_preact.list_models("preact-1??") == ["preact-110", "preact-164"]
+    assert keras_preact.get_spec("preact-200-imagenet").units == (3, 24, 36, 3)
+    assert keras_preact.get_spec("preact-1001").units == (111, 111, 111)
+    assert keras_preact.get_spec("preact-1001").depth == 1001
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_forward_pass(name):
+    model = small(name)
+    spec = keras_preact.get_spec(name)
+    x = np.random.default_rng(0).normal(size=(2, *model.input_shape[1:])).astype("float32")
+    y = keras.ops.convert_to_numpy(model(x, training=False))
+    assert y.shape == (2, spec.classes)
+    assert np.all(np.isfinite(y))
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name, millions",
+    [
+        ("resnet-20", 0.27),
+        ("resnet-110", 1.73),
+        ("preact-164", 1.70),
+        ("resnet-1202", 19.4),
+        ("preact-1001", 10.33),
+        ("resnet-50-imagenet", 25.56),
+        ("preact-50-imagenet", 25.55),
+        ("preact-200-imagenet", 64.67),
+    ],
+)
+def test_trainable_parameter_counts_match_the_paper(name, millions):
+    model = keras_preact.build(name)
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    decimals = len(str(millions).split(".")[1])  # as precise as the paper states it
+    assert round(trainable / 1e6, decimals) == millions
+
+
+def test_identity_path_of_full_preactivation():
+    """Fig. 1 (right): an Add feeds the next Add directly; projection units share BN-ReLU."""
+    model = small("preact-164")
+    # stage 1 unit 1 changes width (16 -> 64): its BN-ReLU feeds branch and projection.
+    assert layer_input(model, "stage1_unit001_bn1") == ["stem_conv"]
+    assert layer_input(model, "stage1_unit001_conv1") == ["stage1_unit001_relu1"]
+    assert layer_input(model, "stage1_unit001_shortcut_conv") == ["stage1_unit001_relu1"]
+    # A plain unit adds its branch to its raw input: the previous Add.
+    assert layer_input(model, "stage1_unit002_add") == ["stage1_unit001_add", "stage1_unit002_conv3"]
+    # Downsampling in the first unit of stages 2 and 3, on the 3x3 conv and the projection.
+    for s in (2, 3):
+        assert model.get_layer(f"stage{s}_unit001_conv2").strides == (2, 2)
+        assert model.get_layer(f"stage{s}_unit001_shortcut_conv").strides == (2, 2)
+        assert model.get_layer(f"stage{s}_unit001_conv1").strides == (1, 1)
+    # One more BN-ReLU after the last addition, then pooling.
+    assert layer_input(model, "final_bn") == ["stage3_unit001_add"]
+    assert layer_input(model, "avg_pool") == ["final_relu"]
+    assert model.get_layer("stage3_unit001_conv3").output.shape[1:] == (8, 8, 256)
+
+
+def test_original_unit_has_relu_after_every_addition():
+    model = small("resnet-110")
+    adds = [layer for layer in model.layers if layer.name.endswith("_add")]
+    assert len(adds) == 4
+    for add in adds:
+        prefix = add.name[: -len("_add")]
+        assert layer_input(model, f"{prefix}_out_relu") == [add.name]
+    assert layer_input(model, "stage1_unit001_add") == ["stem_relu", "stage1_unit001_bn2"]
+    # Projection on the original unit is conv + BN (fb.resnet.torch shortcut type B).
+    assert layer_input(model, "stage2_unit001_add") == [
+        "stage2_unit001_shortcut_bn",
+        "stage2_unit001_bn2",
+    ]
+
+
+def test_imagenet_preact_stem_and_first_unit():
+    """preresnet.lua: 7x7/2 conv-BN-ReLU-maxpool; the first unit skips its pre-activation."""
+    model = small("preact-50-imagenet")
+    assert model.get_layer("stem_conv").strides == (2, 2)
+    assert model.get_layer("stem_conv").kernel.shape == (7, 7, 3, 64)
+    assert layer_input(model, "stage1_unit001_conv1") == ["stem_pool"]
+    assert layer_input(model, "stage1_unit001_shortcut_conv") == ["stem_pool"]
+    assert layer_input(model, "stage2_unit001_shortcut_conv") == ["stage2_unit001_relu1"]
+    assert model.get_layer("stage4_unit001_conv3").output.shape[1:] == (2, 2, 2048)
+
+
+def test_zeroed_residual_branch_is_an_exact_identity():
+    """h_{l+1} = h_l + F(h_l): with F's last conv zeroed, a full pre-activation unit passes
+    its input through unchanged (the paper's Eq. 4 with F = 0)."""
+    model = small("preact-110")
+    model.get_layer("stage1_unit002_conv2").kernel.assign(
+        np.zeros(model.get_layer("stage1_unit002_conv2").kernel.shape, "float32")
+    )
+    probe = keras.Model(
+        model.input,
+        [model.get_layer("stage1_unit001_add").output, model.get_layer("stage1_unit002_add").output],
+    )
+    x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype("float32")
+    before, after = (keras.ops.convert_to_numpy(t) for t in probe(x, training=False))
+    np.testing.assert_array_equal(before, after)
+
+
+def test_he_initialization_and_no_conv_bias():
+    model = keras_preact.build("preact-164", depth=11)
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert convs and not any(layer.use_bias for layer in convs)
+    # N(0, sqrt(2 / (k*k*n_out))): 3x3x64 -> std 0.0589; 1x1x256 -> 0.0884.
+    for name, std in [("stage3_unit001_conv2", (2 / (9 * 64)) ** 0.5),
+                      ("stage3_unit001_conv3", (2 / 256) ** 0.5)]:
+        kernel = keras.ops.convert_to_numpy(model.get_layer(name).kernel)
+        assert abs(kernel.std() / std - 1) < 0.05
+        assert abs(kernel.mean()) < 0.1 * std
+    bn = model.get_layer("final_bn")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.gamma), 1.0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(bn.beta), 0.0)
+    assert (bn.momentum, bn.epsilon) == (0.9, 1e-5)
+    dense = model.get_layer("predictions")
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(dense.bias), 0.0)
+    assert np.abs(keras.ops.convert_to_numpy(dense.kernel)).max() <= 256**-0.5
+
+
+@pytest.mark.parametrize(
+    "name, unit, first_ops",
+    [
+        ("resnet-110", "original", ["conv1", "bn1", "relu1", "conv2", "bn2", "add", "out_relu"]),
+        ("resnet-110-bn-after-add", "bn-after-add",
+         ["conv1", "bn1", "relu1", "conv2", "add", "out_bn", "out_relu"]),
+        ("resnet-110-relu-before-add", "relu-before-add",
+         ["conv1", "bn1", "relu1", "conv2", "bn2", "relu2", "add"]),
+        ("resnet-110-relu-only-preact", "relu-only-preact",
+         ["relu1", "conv1", "bn1", "relu2", "conv2", "bn2", "add"]),
+        ("preact-110", "full-preact", ["bn1", "relu1", "conv1", "bn2", "relu2", "conv2", "add"]),
+    ],
+)
+def test_unit_designs_of_figure_4(name, unit, first_ops):
+    model = small(name)
+    assert keras_preact.get_spec(name).unit == unit
+    prefix = "stage1_unit002_"
+    ops = [layer.name[len(prefix):] for layer in model.layers if layer.name.startswith(prefix)]
+    assert ops == first_ops
+
+
+def test_shortcut_variants_of_table_1():
+    scaled = small("resnet-110-constant-scaling")
+    assert scaled.get_layer("stage1_unit002_shortcut_scale").scale == 0.5
+    assert scaled.get_layer("stage1_unit002_residual_scale").scale == 0.5
+    gated = small("resnet-110-exclusive-gating")
+    bias = keras.ops.convert_to_numpy(gated.get_layer("stage1_unit002_gate").bias)
+    np.testing.assert_array_equal(bias, -6.0)
+    assert layer_input(gated, "stage1_unit002_add") == [
+        "stage1_unit002_shortcut_gated",
+        "stage1_unit002_residual_gated",
+    ]
+    only = small("resnet-110-shortcut-only-gating", gate_bias=-6.0)
+    assert layer_input(only, "stage1_unit002_add") == [
+        "stage1_unit002_shortcut_gated",
+        "stage1_unit002_bn2",
+    ]
+    conv = small("resnet-110-conv1x1")
+    assert conv.get_layer("stage1_unit002_shortcut_conv").kernel.shape == (1, 1, 16, 16)
+    drop = small("resnet-110-dropout", dropout_rate=0.3)
+    assert drop.get_layer("stage1_unit002_shortcut_dropout").rate == 0.3
+    single = keras_preact.get_spec("preact-110-single")
+    assert single.units == (36, 36, 36) and single.depth == 110
+
+
+def test_overrides_keep_depth_and_change_block():
+    spec = keras_preact.resolve("resnet-110", block="single")
+    assert spec.units == (36, 36, 36)
+    assert keras_preact.resolve("preact-164", depth=1001).units == (111, 111, 111)
+    assert keras_preact.resolve("preact-110", classes=100).paper_result == ""
+    assert keras_preact.resolve("preact-110", include_top=False).paper_result != ""
+
+
+# Fig. 4's unit designs with the identity shortcut, and Table 1's shortcuts on the original unit.
+ABLATIONS = [(unit, "identity") for unit in specs.UNITS] + [
+    ("original", shortcut) for shortcut in specs.SHORTCUTS[1:]
+]
+
+
+@pytest.mark.parametrize("unit, shortcut", ABLATIONS)
+def test_each_ablation_trains_one_step(unit, shortcut):
+    model = small("preact-20", unit=unit, shortcut=shortcut)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(8, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 8)
+    before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    changed = [not np.array_equal(a, b) for a, b in zip(before, after)]
+    assert all(changed), f"{changed.count(False)} weights did not train"
+
+
+@pytest.mark.parametrize("name", ["resnet-110-exclusive-gating", "preact-20", "resnet-18-imagenet"])
+def test_keras_file_round_trip(name, tmp_path):
+    model = small(name)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)  # safe_mode stays on: pure Keras layers only
+    x = np.random.default_rng(3).normal(size=(2, *model.input_shape[1:])).astype("float32")
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(model(x, training=False)),
+        keras.ops.convert_to_numpy(loaded(x, training=False)),
+    )
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "preact-1010"}, "Did you mean ['preact-110', 'preact-1001'"),
+        ({"name": "preact-110", "unit": "preact"}, "Valid units: ['original'"),
+        ({"name": "preact-110", "shortcut": "gating"}, "Valid shortcuts: ['identity'"),
+        ({"name": "preact-110", "depth": 111}, "depth 6n+2 (n >= 1), e.g. [8, 20, 110]. Received: depth=111"),
+        ({"name": "preact-164", "depth": 165}, "depth 9n+2"),
+        ({"name": "preact-50-imagenet", "depth": 60}, "Valid depths: [50, 101, 152, 200]"),
+        ({"name": "preact-110", "widht": 2}, "Unknown override(s) ['widht']"),
+        ({"name": "preact-110", "units": (1, 1)}, "Received: units=(1, 1)"),
+        ({"name": "preact-110", "pooling": "mean"}, "Valid poolings: [None, 'avg', 'max']"),
+        ({"name": "preact-110", "input_shape": (32, 32)}, "Received: (32, 32)"),
+        ({"name": "preact-110", "depth": 20, "units": (3, 3, 3)}, "not both"),
+    ],
+)
+def test_bad_input_is_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        keras_preact.build(**kwargs)
+    assert message in str(info.value)
