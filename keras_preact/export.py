@@ -31,6 +31,10 @@ def load_for_export(model_or_path) -> tuple[keras.Model, str]:
     """
     if isinstance(model_or_path, keras.Model):
         return model_or_path, model_or_path.name
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise ValueError(
+            f"Expected a keras.Model, a .keras file or a run dir. Received: {model_or_path!r}"
+        )
     path = os.fspath(model_or_path)
     if os.path.isdir(path):
         missing = [f for f in RUN_FILES if not os.path.isfile(os.path.join(path, f))]
@@ -54,7 +58,7 @@ def load_for_export(model_or_path) -> tuple[keras.Model, str]:
         return model, model.name
     if not os.path.exists(path):
         raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
-    raise ValueError(f"Expected a .keras file or a run dir. Received: {path}")
+    raise ValueError(f"Expected a keras.Model, a .keras file or a run dir. Received: {path}")
 
 
 def export_saved_model(

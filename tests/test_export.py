@@ -1,0 +1,290 @@
+"""Exported SavedModels answer like the Keras model, without Keras.
+
+Every signature is called in a subprocess where importing `keras` and `keras_preact` fails (TF
+Serving has neither): `PROBE` loads the SavedModel with `tf.saved_model.load`, runs a plan of
+requests and writes their outputs (or errors) as JSON for the tests to check here.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_preact
+from keras_preact.export import export_saved_model
+from keras_preact.labels import class_names
+from keras_preact.preprocessing import preprocess_input, resize_for_eval
+from keras_preact.serving.signatures import MAX_SIDE
+
+PROBE = textwrap.dedent(
+    """
+    import base64, json, sys
+
+    # A None entry makes `import keras...` raise ImportError (and find_spec answer None).
+    for blocked in ("keras", "keras_preact", "tf_keras"):
+        sys.modules[blocked] = None
+    import numpy as np
+    import tensorflow as tf
+
+    def decode(spec):
+        if "strings" in spec:
+            return tf.constant([base64.b64decode(s) for s in spec["strings"]], tf.string)
+        raw = np.frombuffer(base64.b64decode(spec["raw"]), spec["dtype"])
+        return tf.constant(raw.reshape(spec["shape"]))
+
+    def encode(value):
+        value = value.numpy()
+        if value.dtype == object:
+            return [[s.decode() for s in row] for row in value]
+        return value.tolist()
+
+    def warmup_calls(export_dir):
+        from tensorflow_serving.apis import prediction_log_pb2
+        path = export_dir + "/assets.extra/tf_serving_warmup_requests"
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+            yield request.model_spec.signature_name, {
+                k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+
+    plan = json.load(open(sys.argv[1]))
+    results, models = {}, {}
+    for case in plan:
+        model = models.setdefault(case["dir"], tf.saved_model.load(case["dir"]))
+        if case.get("warmup"):
+            results[case["id"]] = [
+                [name, sorted(model.signatures[name](**inputs))]
+                for name, inputs in warmup_calls(case["dir"])]
+            continue
+        try:
+            inputs = {k: decode(v) for k, v in case["inputs"].items()}
+            out = model.signatures[case["signature"]](**inputs)
+            results[case["id"]] = {k: encode(v) for k, v in out.items()}
+        except Exception as e:
+            results[case["id"]] = {"error": type(e).__name__, "message": str(e)[:2000]}
+    results["keras_imported"] = [
+        m for m, mod in sys.modules.items() if m.split(".")[0] in ("keras", "keras_preact") and mod]
+    json.dump(results, open(sys.argv[2], "w"))
+    """
+)
+
+
+def run_probe(plan: list[dict], tmp_path) -> dict:
+    """Runs `plan` through PROBE in a fresh interpreter; returns {case id: outputs or error}."""
+    plan_path, out_path, probe_path = (tmp_path / n for n in ("plan.json", "out.json", "probe.py"))
+    plan_path.write_text(json.dumps(plan))
+    probe_path.write_text(PROBE)
+    subprocess.run(
+        [sys.executable, str(probe_path), str(plan_path), str(out_path)],
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout=300,
+    )
+    return json.loads(out_path.read_text())
+
+
+def array_input(x: np.ndarray) -> dict:
+    return {"raw": base64.b64encode(x.tobytes()).decode(), "dtype": x.dtype.str, "shape": x.shape}
+
+
+def strings_input(items: list[bytes]) -> dict:
+    return {"strings": [base64.b64encode(s).decode() for s in items]}
+
+
+def png(image: np.ndarray) -> bytes:
+    return tf.io.encode_png(image).numpy()
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG signature + IHDR claiming `width` x `height` (no pixel data)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def example(encoded: bytes) -> bytes:
+    feature = tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded]))
+    return tf.train.Example(
+        features=tf.train.Features(feature={"image/encoded": feature})
+    ).SerializeToString()
+
+
+def reference(model, images: np.ndarray, family: str, side: int) -> np.ndarray:
+    """What the model says in Keras: eval geometry, training normalization, inference BN."""
+    return model(preprocess_input(resize_for_eval(images, family, side), family), training=False).numpy()
+
+
+RNG = np.random.default_rng(0)
+CIFAR_32 = RNG.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+CIFAR_ODD = RNG.integers(0, 256, (2, 45, 37, 3), dtype=np.uint8)
+IMAGENET_ODD = RNG.integers(0, 256, (2, 90, 71, 3), dtype=np.uint8)
+MIXED = [RNG.integers(0, 256, s, dtype=np.uint8) for s in ((32, 32, 3), (50, 20, 3), (7, 9, 3))]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Two tiny models exported once, and the probe's answers to every request below."""
+    tmp = tmp_path_factory.mktemp("export")
+    cifar = keras_preact.build("preact-20", depth=8)
+    imagenet = keras_preact.build(
+        "preact-18-imagenet", units=(1, 1, 1, 1), input_shape=(64, 64, 3), classes=7
+    )
+    c_dir = export_saved_model(cifar, tmp / "models", name="cifar")
+    i_dir = export_saved_model(imagenet, tmp / "models", name="imagenet")
+    jpeg = tf.io.encode_jpeg(MIXED[1]).numpy()
+    cases = {
+        "c32": (c_dir, "serving_default", {"images": array_input(CIFAR_32)}),
+        "c_odd": (c_dir, "serving_default", {"images": array_input(CIFAR_ODD)}),
+        "i_odd": (i_dir, "serving_default", {"images": array_input(IMAGENET_ODD)}),
+        "i_png": (i_dir, "serving_bytes", {"image_bytes": strings_input([png(IMAGENET_ODD[0])])}),
+        "c_png_mixed": (c_dir, "serving_bytes", {"image_bytes": strings_input([png(m) for m in MIXED])}),
+        "c_jpeg": (c_dir, "serving_bytes", {"image_bytes": strings_input([jpeg])}),
+        "c_example": (c_dir, "classify", {"inputs": strings_input([example(png(m)) for m in MIXED])}),
+        "i_example": (i_dir, "classify", {"inputs": strings_input([example(png(IMAGENET_ODD[0]))])}),
+        # Bad inputs, each followed by the loaded model answering "c32" again.
+        "bad_float": (c_dir, "serving_default", {"images": array_input(CIFAR_32.astype("float32"))}),
+        "bad_rank": (c_dir, "serving_default", {"images": array_input(CIFAR_32[0])}),
+        "too_big": (c_dir, "serving_default", {"images": array_input(np.zeros((1, MAX_SIDE + 1, 2, 3), np.uint8))}),
+        "empty_image": (c_dir, "serving_default", {"images": array_input(np.zeros((1, 0, 5, 3), np.uint8))}),
+        "bytes_empty": (c_dir, "serving_bytes", {"image_bytes": strings_input([b""])}),
+        "bytes_corrupt_png": (c_dir, "serving_bytes", {"image_bytes": strings_input([png(MIXED[0])[:60]])}),
+        "bytes_corrupt_jpeg": (c_dir, "serving_bytes", {"image_bytes": strings_input([jpeg[:40] + b"\0" * 40])}),
+        "bytes_gif": (c_dir, "serving_bytes", {"image_bytes": strings_input([b"GIF89a" + b"\0" * 30])}),
+        "bytes_huge_png": (c_dir, "serving_bytes", {"image_bytes": strings_input([png_header_only(50_000, 50_000)])}),
+        "example_missing": (c_dir, "classify", {"inputs": strings_input([tf.train.Example().SerializeToString()])}),
+        "example_garbage": (c_dir, "classify", {"inputs": strings_input([b"not a serialized Example"])}),
+        "c32_again": (c_dir, "serving_default", {"images": array_input(CIFAR_32)}),
+    }
+    plan = [{"id": k, "dir": d, "signature": s, "inputs": i} for k, (d, s, i) in cases.items()]
+    plan += [{"id": f"warmup_{n}", "dir": d, "warmup": True} for n, d in (("c", c_dir), ("i", i_dir))]
+    return {
+        "models": {"c": cifar, "i": imagenet},
+        "dirs": {"c": c_dir, "i": i_dir},
+        "out": run_probe(plan, tmp),
+    }
+
+
+def test_keras_is_not_needed_to_serve(exported):
+    assert exported["out"]["keras_imported"] == []
+    assert "error" not in exported["out"]["c32"]
+
+
+def check_outputs(out: dict, probs_ref: np.ndarray, names: tuple[str, ...]):
+    """probabilities match to 1e-5; classes/scores/labels are their top-k."""
+    probs = np.asarray(out["probabilities"])
+    np.testing.assert_allclose(probs, probs_ref, atol=1e-5, rtol=0)
+    k = min(5, len(names))
+    assert np.asarray(out["classes"]).shape == (len(probs_ref), k)
+    np.testing.assert_allclose(
+        out["scores"], np.take_along_axis(probs, np.asarray(out["classes"]), 1), atol=0
+    )
+    np.testing.assert_allclose(out["scores"], -np.sort(-probs_ref, axis=1)[:, :k], atol=1e-5)
+    assert out["labels"] == [[names[c] for c in row] for row in out["classes"]]
+
+
+def test_uint8_matches_keras_at_model_size(exported):
+    model = exported["models"]["c"]
+    expected = model(preprocess_input(CIFAR_32), training=False).numpy()
+    check_outputs(exported["out"]["c32"], expected, class_names(10))
+
+
+@pytest.mark.parametrize(
+    "case, key, images, family, side",
+    [("c_odd", "c", CIFAR_ODD, "cifar", 32), ("i_odd", "i", IMAGENET_ODD, "imagenet", 64)],
+)
+def test_other_image_sizes_use_eval_geometry(exported, case, key, images, family, side):
+    model = exported["models"][key]
+    names = class_names(model.output_shape[-1])
+    check_outputs(exported["out"][case], reference(model, images, family, side), names)
+
+
+def test_imagenet_family_has_seven_labels_top5(exported):
+    out = exported["out"]["i_odd"]
+    assert np.asarray(out["probabilities"]).shape == (2, 7)
+    assert {label for row in out["labels"] for label in row} <= set(class_names(7))
+    assert np.asarray(out["classes"]).shape == (2, 5)
+
+
+def test_png_bytes_equal_uint8_path(exported):
+    out = exported["out"]
+    np.testing.assert_allclose(
+        out["i_png"]["probabilities"], out["i_odd"]["probabilities"][:1], atol=1e-6
+    )
+    model = exported["models"]["c"]
+    expected = np.concatenate([reference(model, m[None], "cifar", 32) for m in MIXED])
+    check_outputs(out["c_png_mixed"], expected, class_names(10))
+
+
+def test_jpeg_bytes_decode_to_the_pixels_tf_decodes(exported):
+    decoded = tf.io.decode_jpeg(tf.io.encode_jpeg(MIXED[1])).numpy()
+    expected = reference(exported["models"]["c"], decoded[None], "cifar", 32)
+    check_outputs(exported["out"]["c_jpeg"], expected, class_names(10))
+
+
+def test_tf_example_signature_equals_bytes_path(exported):
+    out = exported["out"]
+    assert set(out["c_example"]) == {"classes", "scores"}
+    assert out["c_example"]["classes"] == out["c_png_mixed"]["labels"]
+    np.testing.assert_allclose(out["c_example"]["scores"], out["c_png_mixed"]["scores"], atol=1e-6)
+    assert out["i_example"]["classes"] == out["i_png"]["labels"]
+
+
+@pytest.mark.parametrize("case", ["bad_float", "bad_rank"])
+def test_wrong_dtype_or_rank_rejected_and_model_keeps_serving(exported, case):
+    out = exported["out"]
+    assert out[case]["error"] in {"TypeError", "ValueError", "InvalidArgumentError"}
+    assert out["c32_again"] == out["c32"]
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("too_big", f"maximum of {MAX_SIDE}"),
+        ("empty_image", "empty image"),
+        ("bytes_empty", "not a JPEG or PNG"),
+        ("bytes_gif", "not a JPEG or PNG"),
+        ("bytes_huge_png", f"maximum of {MAX_SIDE}"),
+        ("bytes_corrupt_png", ""),
+        ("bytes_corrupt_jpeg", ""),
+        ("example_missing", "image/encoded"),
+        ("example_garbage", ""),
+    ],
+)
+def test_bad_images_are_invalid_argument(exported, case, message):
+    out = exported["out"][case]
+    assert out.get("error") == "InvalidArgumentError", out
+    assert message in out["message"]
+
+
+def test_warmup_records_name_signatures_and_run(exported):
+    for key in ("c", "i"):
+        calls = exported["out"][f"warmup_{key}"]
+        assert [name for name, _ in calls] == ["serving_default", "serving_bytes", "classify"]
+        assert calls[0][1] == ["classes", "labels", "probabilities", "scores"]
+        assert calls[2][1] == ["classes", "scores"]
+
+
+def test_saved_model_cli_lists_signatures(exported):
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    command = [cli] if os.path.exists(cli) else ["saved_model_cli"]
+    shown = subprocess.run(
+        command + ["show", "--dir", exported["dirs"]["c"], "--all"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    for line in (
+        "signature_def['serving_default']", "signature_def['serving_bytes']",
+        "signature_def['classify']", "inputs['images']", "dtype: DT_UINT8",
+        "inputs['image_bytes']", "inputs['inputs']", "outputs['probabilities']",
+        "outputs['labels']",
+    ):
+        assert line in shown

@@ -1,0 +1,179 @@
+"""BASE/NAME/VERSION layout: versions, no overwrite, no partial version after a crash or a
+SIGKILL, model loading from files and run dirs, and the `keras-preact export` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import keras_preact
+from keras_preact import cli
+from keras_preact.export import export_saved_model
+from keras_preact.serving import layout
+
+
+@pytest.fixture(scope="module")
+def model():
+    return keras_preact.build("preact-20", depth=8)
+
+
+@pytest.fixture(scope="module")
+def run_dir(model, tmp_path_factory):
+    """A trainer-shaped run dir: model.keras + config.json."""
+    path = tmp_path_factory.mktemp("run")
+    model.save(path / "model.keras")
+    (path / "config.json").write_text(json.dumps({"model": "preact-20", "dataset": "cifar10"}))
+    return path
+
+
+def listing(model_dir) -> list[str]:
+    return sorted(os.listdir(model_dir))
+
+
+def test_versions_increment_and_are_never_overwritten(model, tmp_path):
+    first = export_saved_model(model, tmp_path, name="m")
+    second = export_saved_model(model, tmp_path, name="m")
+    assert (first, second) == (str(tmp_path / "m" / "1"), str(tmp_path / "m" / "2"))
+    assert sorted(os.listdir(second)) == [
+        "assets", "assets.extra", "fingerprint.pb", "saved_model.pb", "variables",
+    ]
+    before = os.stat(tmp_path / "m" / "1" / "saved_model.pb").st_mtime_ns
+    with pytest.raises(FileExistsError, match="Version 1 .* already exists"):
+        export_saved_model(model, tmp_path, name="m", version=1)
+    assert os.stat(tmp_path / "m" / "1" / "saved_model.pb").st_mtime_ns == before
+    assert export_saved_model(model, tmp_path, name="m", version=7).endswith(os.sep + "7")
+    assert export_saved_model(model, tmp_path, name="m").endswith(os.sep + "8")
+    assert listing(tmp_path / "m") == ["1", "2", "7", "8"]  # no temporary dir left
+
+
+@pytest.mark.parametrize("version", [0, -3, "2", True])
+def test_bad_version_rejected(model, tmp_path, version):
+    with pytest.raises(ValueError, match="positive integer"):
+        export_saved_model(model, tmp_path, version=version)
+
+
+def test_crash_during_write_leaves_no_version(model, tmp_path, monkeypatch):
+    def crash(*args):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr("keras_preact.serving.warmup.write_warmup", crash)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_saved_model(model, tmp_path, name="m")
+    assert listing(tmp_path / "m") == []
+
+
+KILLED_EXPORT = textwrap.dedent(
+    """
+    import sys, time
+    import keras_preact
+    from keras_preact.serving import warmup
+
+    def hang(version_dir, *args):  # the SavedModel is written; stop before the warm-up file
+        open(sys.argv[2], "w").write(version_dir)
+        time.sleep(600)
+
+    warmup.write_warmup = hang
+    from keras_preact.export import export_saved_model
+    export_saved_model(keras_preact.build("preact-20", depth=8), sys.argv[1], name="m")
+    """
+)
+
+
+def test_sigkill_midway_leaves_no_version_and_next_export_works(model, tmp_path):
+    marker = tmp_path / "writing"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_EXPORT, str(tmp_path / "base"), str(marker)],
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), "the exporter never reached the write"
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+    model_dir = tmp_path / "base" / "m"
+    leftover = listing(model_dir)
+    assert len(leftover) == 1 and leftover[0].startswith(".keras-preact-export.")
+    assert not any(entry.isdigit() for entry in leftover)
+    assert (model_dir / leftover[0] / "saved_model.pb").exists()  # it was mid-way
+
+    assert export_saved_model(model, tmp_path / "base", name="m") == str(model_dir / "1")
+    assert listing(model_dir) == ["1"]  # the dead exporter's temporary dir is cleaned
+
+
+def test_cleanup_spares_live_and_foreign_temp_dirs(tmp_path):
+    live = tmp_path / f".keras-preact-export.{layout.socket.gethostname()}.{os.getpid()}.abc_1"
+    foreign = tmp_path / ".keras-preact-export.other-host.1.abc"
+    user = tmp_path / ".keras-preact-export-notes"
+    for path in (live, foreign, user):
+        path.mkdir()
+    assert layout.clean_stale_temp_dirs(str(tmp_path)) == []
+    assert listing(tmp_path) == sorted(p.name for p in (live, foreign, user))
+
+
+def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
+    from_file = export_saved_model(run_dir / "model.keras", tmp_path / "a")
+    assert from_file == str(tmp_path / "a" / model.name / "1")
+    from_run = export_saved_model(run_dir, tmp_path / "b", labels=[f"c{i}" for i in range(10)])
+    assert from_run == str(tmp_path / "b" / "preact-20" / "1")
+
+    import numpy as np
+    import tensorflow as tf
+
+    out = tf.saved_model.load(from_run).signatures["serving_default"](
+        images=tf.zeros((1, 32, 32, 3), tf.uint8)
+    )
+    expected = model(keras_preact.preprocessing.preprocess_input(np.zeros((1, 32, 32, 3))))
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
+    top = np.argsort(-expected.numpy()[0], kind="stable")[0]
+    assert out["labels"].numpy()[0, 0].decode() == f"c{top}"
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda p: p / "nowhere", FileNotFoundError, "No model at .*nowhere"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", FileNotFoundError, "empty is not a run dir"),
+        (lambda p: (p / "x.txt").write_text("x") and p / "x.txt", ValueError, "x.txt"),
+        (lambda p: 42, ValueError, "Received: 42"),
+    ],
+)
+def test_unknown_paths_are_named(tmp_path, make, error, message):
+    with pytest.raises(error, match=message):
+        export_saved_model(make(tmp_path), tmp_path / "base")
+
+
+def test_bad_config_and_labels(model, run_dir, tmp_path):
+    bad_run = tmp_path / "run"
+    bad_run.mkdir()
+    (bad_run / "model.keras").write_bytes((run_dir / "model.keras").read_bytes())
+    (bad_run / "config.json").write_text('{"dataset": "cifar10"}')
+    with pytest.raises(ValueError, match='"model" entry'):
+        export_saved_model(bad_run, tmp_path)
+    with pytest.raises(ValueError, match="10 strings, one per class. Received 3"):
+        export_saved_model(model, tmp_path, labels=["a", "b", "c"])
+
+
+def test_cli_export_and_errors(run_dir, tmp_path, capsys):
+    base = tmp_path / "base"
+    assert cli.main(["export", str(run_dir), "--base", str(base), "--version", "3"]) == 0
+    assert capsys.readouterr().out.strip() == str(base / "preact-20" / "3")
+    assert os.path.exists(base / "preact-20" / "3" / "assets.extra" / "tf_serving_warmup_requests")
+
+    assert cli.main(["export", str(run_dir), "--base", str(base), "--version", "3"]) == 2
+    assert "keras-preact export: error: Version 3" in capsys.readouterr().err
+    assert cli.main(["export", str(tmp_path / "missing"), "--base", str(base)]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert listing(base / "preact-20") == ["3"]
