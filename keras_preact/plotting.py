@@ -13,7 +13,8 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -120,6 +121,53 @@ def plot_runs(
     handles = ax_loss.get_legend_handles_labels()
     twin = ax_err.get_legend_handles_labels()
     ax_loss.legend(handles[0] + twin[0], handles[1] + twin[1], fontsize="small", loc="upper right")
+    if title:
+        fig.suptitle(title)
+    if output is not None:
+        save_figure(fig, output)
+    return fig
+
+
+def plot_signal_propagation(
+    results: Mapping[str, Mapping[str, Any]],
+    output: str | os.PathLike | None = None,
+    *,
+    title: str | None = None,
+) -> Figure:
+    """Plots `keras_preact.analysis.signal_propagation` results of several nets, per unit.
+
+    Panels, against the unit index: forward signal RMS (log), gradient RMS (log) and the
+    `direct` share of the stage's deepest gradient reaching each unit (Eq. 5: 1 for
+    identity shortcuts). Dotted vertical lines mark stage boundaries.
+
+    Args:
+        results: legend label -> the dict `signal_propagation` returned.
+        output: if given, the figure is also written there, atomically.
+
+    Example:
+    >>> from keras_preact import analysis, build
+    >>> stats = {u: analysis.signal_propagation(build("preact-20", unit=u))
+    ...          for u in ("original", "full-preact")}  # doctest: +SKIP
+    >>> fig = plot_signal_propagation(stats, "signal.png")  # doctest: +SKIP
+    """
+    if not results:
+        raise ValueError("`plot_signal_propagation` needs at least one result. Received: {}")
+    fig = Figure(figsize=(7, 7), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(3, 1, sharex=True)
+    for k, (label, stats) in enumerate(results.items()):
+        units = np.arange(1, len(stats["signal"]) + 1)
+        for ax, key in zip(axes, ("signal", "gradient", "direct")):
+            ax.plot(units, stats[key], ".-", color=f"C{k % 10}", label=label)
+    stages = np.asarray(next(iter(results.values()))["stage"])
+    for ax in axes:
+        for boundary in np.nonzero(np.diff(stages))[0] + 1.5:
+            ax.axvline(boundary, color="0.6", linestyle=":", linewidth=1)
+    axes[0].set(ylabel="signal RMS", yscale="log")
+    axes[1].set(ylabel="gradient RMS", yscale="log")
+    axes[2].set(ylabel="direct share of\ndeepest gradient", xlabel="residual unit")
+    axes[2].axhline(1.0, color="0.3", linewidth=0.8)
+    axes[0].legend(fontsize="small", ncol=2)
     if title:
         fig.suptitle(title)
     if output is not None:

@@ -90,3 +90,22 @@ def test_cli_plot(two_runs, tmp_path, capsys):
     assert out.stat().st_size > 1000
     assert cli.main(["plot", str(tmp_path), "-o", str(out)]) == 2
     assert "keras-preact plot: error: No metrics.csv" in capsys.readouterr().err
+
+
+def test_plot_signal_propagation_lines_and_stage_marks(tmp_path):
+    stats = {
+        "identity": {"stage": np.array([1, 1, 2, 2]), "signal": np.array([1.0, 1.5, 1.2, 1.8]),
+                     "gradient": np.array([4.0, 2.0, 2.0, 1.0]), "direct": np.array([0.9, 1, 0.95, 1])},
+        "scaled": {"stage": np.array([1, 1, 2, 2]), "signal": np.array([1.0, 1.1, 1.0, 1.1]),
+                   "gradient": np.array([4.0, 3.0, 2.0, 1.5]), "direct": np.array([0.5, 1, 0.5, 1])},
+    }
+    fig = plotting.plot_signal_propagation(stats, tmp_path / "signal.svg")
+    signal_ax, gradient_ax, direct_ax = fig.axes
+    lines = {line.get_label(): line for line in direct_ax.get_lines()}
+    np.testing.assert_allclose(lines["scaled"].get_ydata(), [0.5, 1, 0.5, 1])
+    np.testing.assert_allclose(lines["scaled"].get_xdata(), [1, 2, 3, 4])
+    assert signal_ax.get_yscale() == "log"
+    # One stage boundary, between units 2 and 3.
+    marks = [line.get_xdata()[0] for line in gradient_ax.get_lines() if line.get_linestyle() == ":"]
+    assert marks == [2.5]
+    assert (tmp_path / "signal.svg").read_text().startswith("<?xml")
