@@ -1,0 +1,31 @@
+"""`keras-preact evaluate RUN_DIR|MODEL.keras --dataset cifar10 --split test [--json]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="accuracy / error of a trained model on a split")
+    p.add_argument("model", metavar="RUN_DIR|MODEL.keras")
+    p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
+    p.add_argument("--split", default="test", help='TFDS split, e.g. "test", "train[45000:]"')
+    p.add_argument("--data-dir", default=None, help="TFDS data_dir")
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--json", action="store_true",
+                   help='last stdout line: {"accuracy", "error" (%%), "loss", "examples"}')
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keras_preact import training
+
+    result = training.evaluate(args.model, dataset=args.dataset, split=args.split,
+                               data_dir=args.data_dir, batch_size=args.batch_size)
+    print(f"{args.dataset} {args.split}: error {result['error']:.2f} % "
+          f"(accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}, "
+          f"{result['examples']} examples)")
+    if args.json:
+        print(json.dumps(result))
+    return 0

@@ -1,0 +1,317 @@
+"""`train` and `evaluate`: the paper's recipe on `model.fit`, resumable, through tf.distribute.
+
+RUN_DIR layout: `config.json` (written at start), `metrics.csv` (one row per epoch),
+`logs/` (TensorBoard), `backup/` (while training) and, only when training finished,
+`model.keras` (with optimizer state: `optimizer.iterations == steps`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import tempfile
+
+from keras_preact.training import callbacks as run_callbacks
+from keras_preact.training import data, distribute
+from keras_preact.training.optimizer import SGDWithL2
+from keras_preact.training.schedule import paper_schedule
+
+MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+CIFAR_WARMUP_STEPS = 400
+# Settings that must match for a rerun in the same RUN_DIR to resume (not e.g. the strategy:
+# a run may move from one GPU to several machines).
+RESUME_KEYS = ("model", "overrides", "dataset", "steps", "batch_size", "lr", "warmup_steps",
+               "nesterov", "momentum", "weight_decay", "val_examples", "steps_per_epoch",
+               "mixed_precision")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN/inf; the last good backup is kept in RUN_DIR/backup."""
+
+
+def _check_positive(**values) -> None:
+    for name, value in values.items():
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def train(
+    model: str,
+    *,
+    output: str,
+    dataset: str = "cifar10",
+    data_dir: str | None = None,
+    steps: int = 64000,
+    batch_size: int = 128,
+    lr: float = 0.1,
+    warmup_steps: int | None = None,
+    warmup_lr: float = 0.01,
+    nesterov: bool = False,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-4,
+    val_examples: int = 5000,
+    steps_per_epoch: int | None = None,
+    strategy: str = "auto",
+    mixed_precision: str = "off",
+    jit_compile: bool = False,
+    backup_every: int = 1000,
+    overrides: dict | None = None,
+    seed: int | None = None,
+    verbose: int | str = 1,
+):
+    """Trains registered network `model` with the paper's recipe; returns the trained model.
+
+    SGD (momentum 0.9, optional Nesterov), weight decay `gradient += weight_decay * w` on all
+    parameters, lr `lr` divided by 10 at 50 % and 75 % of `steps` (ImageNet: epochs 30 and 60
+    of 90), `warmup_steps` at `warmup_lr` first (default 400 on CIFAR, 0 on ImageNet).
+    `batch_size` is global, split across replicas; scale `lr` linearly with it (0.1 per 128).
+    Rerunning the same call after an interruption resumes from `output/backup`.
+
+    Example (a few steps of a tiny net; the paper's run is `train("preact-110", output=...)`):
+    >>> m = train("preact-20", output="/tmp/run", data_dir="../shared/tensorflow_datasets",
+    ...           steps=20, batch_size=32, overrides={"depth": 8})  # doctest: +SKIP
+    >>> int(m.optimizer.iterations)  # doctest: +SKIP
+    20
+    """
+    import keras_preact
+
+    # --- Everything checkable without TensorFlow, before any work. ---
+    info = data.dataset_info(dataset)
+    overrides = dict(overrides or {})
+    spec = keras_preact.resolve(model, **overrides)
+    if spec.family != info.family:
+        raise ValueError(f"Model {model!r} is a {spec.family} network; dataset {dataset!r} needs "
+                         f"a {info.family} one. Received: model={model!r}, dataset={dataset!r}")
+    if spec.classes != info.classes and "classes" not in overrides:
+        overrides["classes"] = info.classes
+        spec = keras_preact.resolve(model, **overrides)
+    if spec.classes != info.classes:
+        raise ValueError(f"{dataset!r} has {info.classes} classes. Received: classes={spec.classes}")
+    if warmup_steps is None:
+        warmup_steps = CIFAR_WARMUP_STEPS if info.family == "cifar" else 0
+    _check_positive(steps=steps, batch_size=batch_size, backup_every=backup_every)
+    if steps_per_epoch is not None:
+        _check_positive(steps_per_epoch=steps_per_epoch)
+    if not (isinstance(val_examples, int) and val_examples >= 0):
+        raise ValueError(f"`val_examples` must be an integer >= 0. Received: {val_examples!r}")
+    if not (isinstance(warmup_steps, int) and 0 <= warmup_steps < steps):
+        raise ValueError(f"`warmup_steps` must be an integer in [0, steps={steps}). "
+                         f"Received: warmup_steps={warmup_steps!r}")
+    if not (lr > 0 and warmup_lr > 0 and weight_decay >= 0 and 0 <= momentum < 1):
+        raise ValueError(f"Need lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= momentum < 1. "
+                         f"Received: lr={lr}, warmup_lr={warmup_lr}, "
+                         f"weight_decay={weight_decay}, momentum={momentum}")
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
+                         f"Valid: {list(MIXED_PRECISION)}.")
+    if strategy not in distribute.STRATEGIES:
+        raise ValueError(f"Unknown strategy {strategy!r}. Valid: {list(distribute.STRATEGIES)}.")
+    if os.path.exists(os.path.join(output, "model.keras")):
+        raise FileExistsError(f"{output!r} already holds a finished run (model.keras). "
+                              "Choose another --output.")
+
+    # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
+    strat = distribute.select_strategy(strategy)
+    chief = distribute.is_chief(strat)
+    if batch_size % strat.num_replicas_in_sync:
+        raise ValueError(f"`batch_size` (global) must be divisible by the "
+                         f"{strat.num_replicas_in_sync} replicas. Received: {batch_size}")
+    train_split, val_split = data.train_val_splits(val_examples)
+    train_examples = data.check_split(dataset, train_split, data_dir)
+    if val_split:
+        data.check_split(dataset, val_split, data_dir)
+    steps_per_epoch = steps_per_epoch or max(1, train_examples // batch_size)
+
+    config = {
+        "model": model, "overrides": overrides, "dataset": dataset, "family": info.family,
+        "classes": info.classes, "data_dir": data_dir, "steps": steps,
+        "batch_size": batch_size, "lr": lr, "warmup_steps": warmup_steps,
+        "warmup_lr": warmup_lr, "nesterov": nesterov, "momentum": momentum,
+        "weight_decay": weight_decay, "val_examples": val_examples,
+        "steps_per_epoch": steps_per_epoch, "strategy": strategy,
+        "replicas": strat.num_replicas_in_sync, "mixed_precision": mixed_precision,
+        "jit_compile": jit_compile, "backup_every": backup_every, "seed": seed,
+        "versions": _versions(),
+    }
+    _check_resumable(output, config)
+    # Non-chief workers write everything into a private temp dir (removed at the end).
+    run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
+    os.makedirs(run_dir, exist_ok=True)
+    run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
+                                    json.dumps(config, indent=2, default=list) + "\n")
+    try:
+        return _fit(spec, model, overrides, config, strat, run_dir, output, chief,
+                    train_split, val_split, seed, verbose)
+    finally:
+        if not chief:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
+         train_split, val_split, seed, verbose):
+    import keras
+
+    import keras_preact
+
+    steps, spe = config["steps"], config["steps_per_epoch"]
+    image_size = spec.input_shape[0] if spec.family == "imagenet" else None
+    train_ds = data.train_dataset(config["dataset"], train_split, config["batch_size"],
+                                  config["data_dir"], image_size=image_size, seed=seed)
+    val_ds = val_split and data.eval_dataset(config["dataset"], val_split, config["batch_size"],
+                                             config["data_dir"], image_size=image_size,
+                                             cache=spec.family == "cifar")
+    schedule = paper_schedule(
+        steps, config["lr"], config["warmup_steps"], config["warmup_lr"],
+        boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
+    )
+    previous_policy = keras.config.dtype_policy()
+    if MIXED_PRECISION[config["mixed_precision"]]:
+        keras.config.set_dtype_policy(MIXED_PRECISION[config["mixed_precision"]])
+    try:
+        with strat.scope():
+            net = keras_preact.build(model_name, **overrides)
+            net.compile(
+                optimizer=SGDWithL2(schedule, momentum=config["momentum"],
+                                    nesterov=config["nesterov"], l2=config["weight_decay"]),
+                loss=keras.losses.SparseCategoricalCrossentropy(
+                    from_logits=spec.classifier_activation is None),
+                metrics=["accuracy"],
+                jit_compile=config["jit_compile"],
+            )
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+    guard = run_callbacks.TrainingGuard(steps)
+    backup = run_callbacks.RunBackup(
+        os.path.join(output, "backup"), every=config["backup_every"], steps_per_epoch=spe,
+        total_steps=steps, chief=chief, verbose=bool(verbose),
+    )
+    callbacks = [guard, backup]
+    if importlib.util.find_spec("tensorboard"):
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")))
+    elif verbose:
+        # TF >= 2.21 no longer installs TensorBoard; tf.summary would fail without it.
+        print("keras-preact: TensorBoard is not installed, so logs/ is not written "
+              "(pip install tensorboard).", flush=True)
+    if chief:
+        callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
+    net.fit(train_ds, epochs=math.ceil(steps / spe), steps_per_epoch=spe,
+            validation_data=val_ds or None, callbacks=callbacks, verbose=verbose)
+
+    if guard.nan_step is not None:
+        kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup.restore_dir}"
+                if backup.saved_step is not None else "no backup had been written yet")
+        raise TrainingDiverged(
+            f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept}. "
+            f"Lower --lr or keep the warm-up (--warmup-steps) and rerun to resume."
+        )
+    # The chief writes model.keras atomically; other workers save into their temp dir.
+    tmp = os.path.join(run_dir, ".tmp-model.keras")
+    net.save(tmp)
+    os.replace(tmp, os.path.join(run_dir, "model.keras"))
+    if chief:
+        shutil.rmtree(os.path.join(output, "backup"), ignore_errors=True)
+    return net
+
+
+def _check_resumable(output: str, config: dict) -> None:
+    """A rerun in an existing RUN_DIR resumes only with the same recipe."""
+    path = os.path.join(output, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        before = json.load(f)
+    changed = {k: (before.get(k), config[k]) for k in RESUME_KEYS
+               if json.loads(json.dumps(before.get(k))) != json.loads(json.dumps(config[k]))}
+    if changed:
+        raise ValueError(
+            f"{output!r} holds a run with other settings; use another --output or the same "
+            "flags to resume. Received (before -> now): "
+            + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        )
+
+
+def _versions() -> dict:
+    import keras
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    import keras_preact
+
+    return {"keras_preact": keras_preact.__version__, "keras": keras.__version__,
+            "tensorflow": tf.__version__, "tensorflow_datasets": tfds.__version__,
+            "python": platform.python_version()}
+
+
+def load_trained(model_or_path):
+    """A `keras.Model` from itself, a `.keras` file, or a RUN_DIR holding `model.keras`."""
+    import keras
+
+    if isinstance(model_or_path, keras.Model):
+        return model_or_path
+    return keras.saving.load_model(_model_path(model_or_path))
+
+
+def _model_path(model_or_path) -> str:
+    path = os.fspath(model_or_path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.keras")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No trained model at {path!r}: expected a .keras file or a "
+                                "RUN_DIR of a finished `keras-preact train`.")
+    return path
+
+
+def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
+             data_dir: str | None = None, batch_size: int = 500) -> dict:
+    """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split.
+
+    Uses the shared eval geometry (`preprocessing.resize_for_eval`) and normalization.
+
+    Example:
+    >>> evaluate("runs/preact-110", split="test")  # doctest: +SKIP
+    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000}
+    """
+    import keras
+    import tensorflow as tf
+
+    from keras_preact import preprocessing
+
+    info = data.dataset_info(dataset)
+    _check_positive(batch_size=batch_size)
+    if not isinstance(model_or_path, keras.Model):
+        _model_path(model_or_path)  # fail on a wrong path before touching the data
+    data.check_split(dataset, split, data_dir)
+    model = load_trained(model_or_path)
+    family = preprocessing.family_of(model)
+    if family != info.family or model.output_shape[-1] != info.classes:
+        raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
+                         f"{info.classes} outputs. Received: a {family} model with "
+                         f"{model.output_shape[-1]} outputs.")
+    size = model.input_shape[1] if family == "imagenet" else None
+    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size)
+    layer = model.layers[-1]
+    from_logits = getattr(getattr(layer, "activation", None), "__name__", "") != "softmax"
+
+    @tf.function
+    def batch_totals(images, labels):
+        outputs = tf.cast(model(images, training=False), tf.float32)
+        losses = tf.keras.losses.sparse_categorical_crossentropy(
+            labels, outputs, from_logits=from_logits)
+        correct = tf.equal(tf.argmax(outputs, -1), tf.cast(labels, tf.int64))
+        return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(correct, tf.float32))
+
+    total_loss = total_correct = 0.0
+    examples = 0
+    for images, labels in ds:
+        loss, correct = batch_totals(images, labels)
+        total_loss += float(loss)
+        total_correct += float(correct)
+        examples += int(labels.shape[0])
+    accuracy = total_correct / max(examples, 1)
+    return {"accuracy": accuracy, "error": 100.0 * (1.0 - accuracy),
+            "loss": total_loss / max(examples, 1), "examples": examples}
