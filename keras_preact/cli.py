@@ -14,7 +14,7 @@ import sys
 from keras_preact import __version__
 
 # Order shown by --help.
-COMMANDS = ("list", "plot", "export")
+COMMANDS = ("list", "train", "evaluate", "plot", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
