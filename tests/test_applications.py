@@ -85,6 +85,11 @@ def test_list_command(capsys):
     assert cli.main(["list", "preact-1??"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["preact-110", "preact-164"]
-    assert "5.46" in lines[1] and "depth 164" in lines[1]
+    assert lines[1].split()[:5] == ["preact-164", "cifar", "164", "full-preact", "identity"]
+    assert "5.46" in lines[1]
+    assert cli.main(["list", "resnet-20", "--params", "--markdown"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| name | family | depth")
+    assert table[2] == "| resnet-20 | cifar | 20 | original | identity | 0.27M | 8.75 (He et al. 2015) |"
     assert cli.main(["list", "nope-*"]) == 2
     assert "No model matches 'nope-*'" in capsys.readouterr().err

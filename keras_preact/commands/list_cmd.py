@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def add_parser(subparsers) -> None:
@@ -11,22 +12,38 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--params", action="store_true", help="also build each model to count parameters"
     )
+    p.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table (the README's)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import keras_preact as zoo
+    import keras_preact
 
-    names = zoo.list_models(args.pattern)
+    names = keras_preact.list_models(args.pattern)
     if not names:
         raise ValueError(
             f"No model matches {args.pattern!r}. Try `keras-preact list` for all names."
         )
+    header = ["name", "family", "depth", "unit", "shortcut"]
+    header += ["params"] * args.params + ["paper error (%)"]
+    rows = []
     for name in names:
-        spec = zoo.get_spec(name)
-        row = [name.ljust(40), spec.family.ljust(9), f"depth {spec.depth}".ljust(11)]
+        spec = keras_preact.get_spec(name)
+        row = [name, spec.family, str(spec.depth), spec.unit, spec.shortcut]
         if args.params:
-            row.append(f"{zoo.build(name).count_params() / 1e6:7.2f}M")
-        row.append(spec.paper_result)
-        print("  ".join(row).rstrip())
+            weights = keras_preact.build(name).trainable_weights
+            row.append(f"{sum(math.prod(w.shape) for w in weights) / 1e6:.2f}M")
+        rows.append(row + [spec.paper_result or "-"])
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return 0
+
