@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact import training
 
     try:
-        training.train(
+        model = training.train(
             args.model, output=args.output, dataset=args.dataset, data_dir=args.data_dir,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr,
             warmup_steps=args.warmup_steps, nesterov=args.nesterov,
@@ -75,5 +76,15 @@ def run(args: argparse.Namespace) -> int:
     except training.TrainingDiverged as e:
         print(f"keras-preact train: error: {e}", file=sys.stderr)
         return 1
-    print(f"keras-preact: finished; model written to {args.output}/model.keras")
+    # Printed by every worker: equal digests show that all workers hold the same weights.
+    print(f"keras-preact: finished at step {int(model.optimizer.iterations.numpy())}; "
+          f"weights sha256 {weights_digest(model)}; model in {args.output}/model.keras")
     return 0
+
+
+def weights_digest(model) -> str:
+    """First 16 hex digits of the SHA-256 of all weights' bytes, in layer order."""
+    digest = hashlib.sha256()
+    for variable in model.weights:
+        digest.update(variable.numpy().tobytes())
+    return digest.hexdigest()[:16]

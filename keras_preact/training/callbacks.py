@@ -23,6 +23,11 @@ def atomic_write_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def optimizer_step(model) -> int:
+    """`model.optimizer.iterations` as an int (a MirroredVariable under a strategy)."""
+    return int(model.optimizer.iterations.numpy())
+
+
 def _finite(value) -> bool:
     return value is None or math.isfinite(float(value))
 
@@ -37,7 +42,7 @@ class TrainingGuard(keras.callbacks.Callback):
         self.nan_step: int | None = None
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model)
         if not _finite((logs or {}).get("loss")):
             self.nan_step = step
             self.model.stop_training = True
@@ -76,7 +81,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
         if not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(path)
-        step = self.resumed_step = self.saved_step = int(self.model.optimizer.iterations)
+        step = self.resumed_step = self.saved_step = optimizer_step(self.model)
         epochs = math.ceil(self.total_steps / self.steps_per_epoch)
         # Keras' own BackupAndRestore sets this private attribute the same way.
         self.model._initial_epoch = epochs if step >= self.total_steps else step // self.steps_per_epoch
@@ -85,7 +90,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
                   f"(backup {self.restore_dir})", flush=True)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model)
         if step % self.every == 0 and _finite((logs or {}).get("loss")):
             self._save_model()
 
@@ -94,7 +99,7 @@ class RunBackup(keras.callbacks.BackupAndRestore):
             self._save_model()
 
     def _save_model(self):
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model)
         if step == self.saved_step:
             return
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
@@ -126,7 +131,7 @@ class MetricsCSV(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        step = int(self.model.optimizer.iterations)
+        step = optimizer_step(self.model)
         row = {"epoch": epoch, "step": step, "lr": float(self.schedule(max(step - 1, 0)))}
         row.update({k: logs.get(k) for k in METRICS_HEADER[3:]})
         new = not os.path.exists(self.path)

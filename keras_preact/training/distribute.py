@@ -48,7 +48,9 @@ def select_strategy(name: str = "auto"):
 
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}. Valid strategies: {list(STRATEGIES)}.")
-    gpus = tf.config.list_logical_devices("GPU")
+    # Physical, not logical: listing logical devices starts the TF context, after which MWMS
+    # can no longer configure its collectives.
+    gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
         name = "multi-worker" if cluster_workers() > 1 else "mirrored" if len(gpus) > 1 else ""
         if not name:
@@ -56,7 +58,7 @@ def select_strategy(name: str = "auto"):
     if name == "one-device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     if name == "mirrored":
-        devices = gpus or tf.config.list_logical_devices("CPU")
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multi-worker":
         apply_mwms_compat()

@@ -1,0 +1,76 @@
+"""Input pipelines: the paper's CIFAR augmentation, ImageNet crops, TFDS splits (mock data)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_preact.training import data
+
+
+def _probe_image():
+    # Nonzero everywhere (zeros can only come from the padding); left half 200, right 100.
+    image = np.full((32, 32, 3), 100, "uint8")
+    image[:, :16] = 200
+    return image
+
+
+def test_cifar_augmentation_pads_crops_and_flips():
+    image = _probe_image()
+    outs = np.stack([data.augment_cifar(image).numpy() for _ in range(200)])
+    assert outs.shape == (200, 32, 32, 3) and outs.dtype == np.uint8
+    assert set(np.unique(outs)) <= {0, 100, 200}
+    zero_rows = (outs == 0).all(axis=(2, 3)).sum(axis=1)
+    zero_cols = (outs == 0).all(axis=(1, 3)).sum(axis=1)
+    # Crops shift the content by up to 4 pixels, exposing at most 4 rows/cols of padding.
+    assert zero_rows.max() == 4 and zero_cols.max() == 4
+    assert (zero_rows + zero_cols > 0).mean() > 0.8  # 80/81 offsets expose some padding
+    assert ((outs == 0).sum(axis=(1, 2, 3)) == 0).sum() < 20
+    # Flip: in an unflipped crop the bright half is on the left.
+    content = np.where(outs == 0, np.nan, outs.astype(float))
+    left, right = np.nanmean(content[:, :, :12], axis=(1, 2, 3)), np.nanmean(
+        content[:, :, 20:], axis=(1, 2, 3))
+    flipped = (left < right).mean()
+    assert 0.3 < flipped < 0.7
+
+
+def test_train_and_val_splits_carve_the_end_of_train():
+    assert data.train_val_splits(5000) == ("train[:-5000]", "train[-5000:]")
+    assert data.train_val_splits(0) == ("train", None)
+
+
+def test_real_cifar10_split_sizes_and_missing_test_split(cifar10_data_dir):
+    assert data.check_split("cifar10", "train[:-5000]", cifar10_data_dir) == 45000
+    with pytest.raises(ValueError, match="no split 'test'.*Available: \\['train'\\]"):
+        data.check_split("cifar10", "test", cifar10_data_dir)
+
+
+def test_cifar100_pipeline_batches_are_normalized():
+    with tfds.testing.mock_data(num_examples=16):
+        images, labels = next(iter(data.train_dataset("cifar100", "train", 8)))
+    assert images.shape == (8, 32, 32, 3) and images.dtype == tf.float32
+    assert labels.shape == (8,)
+    # (0 - 125.3) / 63.0 and (255 - 113.9) / 66.7 bound the normalized CIFAR values.
+    assert float(tf.reduce_min(images)) >= -1.99 - 1e-3
+    assert float(tf.reduce_max(images)) <= 2.12 + 1e-3
+    assert float(tf.reduce_min(images)) < -1.5  # zero padding shows up as the lowest value
+
+
+def test_imagenet_train_crops_and_eval_geometry():
+    with tfds.testing.mock_data(num_examples=4):
+        train_images, _ = next(iter(data.train_dataset("imagenet2012", "train", 2, image_size=64)))
+        eval_images, eval_labels = next(iter(data.eval_dataset("imagenet2012", "validation", 2)))
+    assert train_images.shape == (2, 64, 64, 3)
+    assert eval_images.shape == (2, 224, 224, 3) and eval_labels.shape == (2,)
+
+
+def test_imagenet_scale_aspect_augmentation_keeps_size_and_range():
+    image = tf.cast(tf.random.uniform((300, 400, 3), 0, 256, tf.int32), tf.uint8)
+    outs = [data.augment_imagenet(image, 96) for _ in range(5)]
+    assert all(o.shape == (96, 96, 3) and o.dtype == tf.uint8 for o in outs)
+    assert len({o.numpy().tobytes() for o in outs}) == 5  # random crops differ
+
+
+def test_unknown_dataset_is_rejected():
+    with pytest.raises(ValueError, match="Unknown dataset 'mnist'.*cifar10"):
+        data.dataset_info("mnist")
