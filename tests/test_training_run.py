@@ -1,0 +1,135 @@
+"""A short real-CIFAR-10 run through `train`, its RUN_DIR, `evaluate`, faults and bad input."""
+
+import csv
+import json
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from keras_preact import cli, training
+
+TINY = {"depth": 8}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, cifar10_data_dir):
+    run_dir = str(tmp_path_factory.mktemp("run") / "preact-8")
+    model = training.train(
+        "preact-20", output=run_dir, data_dir=cifar10_data_dir, steps=90, steps_per_epoch=30,
+        batch_size=64, warmup_steps=10, val_examples=500, backup_every=25, overrides=TINY, seed=0, verbose=0,
+    )
+    return run_dir, model
+
+
+def _metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_dir_layout_and_loss_falls(finished_run):
+    run_dir, model = finished_run
+    assert sorted(os.listdir(run_dir)) == ["config.json", "metrics.csv", "model.keras"]
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        assert f.readline().strip() == "epoch,step,lr,loss,accuracy,val_loss,val_accuracy"
+    rows = _metrics(run_dir)
+    assert [int(r["step"]) for r in rows] == [30, 60, 90]
+    # lr of each epoch's last step (iterations 29, 59, 89): drops at 45 and 68 of 90 steps.
+    assert [float(r["lr"]) for r in rows] == pytest.approx([0.1, 0.01, 0.001])
+    losses = [float(r["loss"]) for r in rows]
+    assert losses[-1] < losses[0] - 0.05 and losses[-1] < 2.2  # chance is ln 10 = 2.30
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["model"] == "preact-20" and config["overrides"] == TINY
+    assert config["family"] == "cifar" and config["warmup_steps"] == 10
+    assert config["steps"] == 90 and config["batch_size"] == 64 and config["replicas"] == 1
+    assert set(config["versions"]) >= {"keras", "tensorflow", "keras_preact"}
+    assert int(model.optimizer.iterations.numpy()) == 90
+
+
+def test_model_keras_keeps_optimizer_state_and_schedule(finished_run):
+    run_dir, _ = finished_run
+    loaded = training.load_trained(run_dir)
+    assert isinstance(loaded.optimizer, training.SGDWithL2)
+    assert loaded.optimizer.l2 == pytest.approx(1e-4) and loaded.optimizer.momentum == 0.9
+    assert int(loaded.optimizer.iterations.numpy()) == 90
+    schedule = loaded.optimizer._learning_rate
+    assert isinstance(schedule, training.PaperSchedule) and schedule.boundary_steps == (45, 68)
+
+
+def test_evaluate_matches_the_last_validation_row(finished_run, cifar10_data_dir):
+    run_dir, model = finished_run
+    result = training.evaluate(model, split="train[-500:]", data_dir=cifar10_data_dir)
+    last = _metrics(run_dir)[-1]
+    assert result["examples"] == 500
+    assert result["accuracy"] == pytest.approx(float(last["val_accuracy"]), abs=1e-5)
+    assert result["loss"] == pytest.approx(float(last["val_loss"]), rel=1e-3)
+    assert result["error"] == pytest.approx(100 * (1 - result["accuracy"]))
+
+
+def test_evaluate_cli_json_last_line(finished_run, cifar10_data_dir, capsys):
+    run_dir, _ = finished_run
+    path = os.path.join(run_dir, "model.keras")
+    assert cli.main(["evaluate", path, "--split", "train[-200:]", "--data-dir",
+                     cifar10_data_dir, "--batch-size", "64", "--json"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    result = json.loads(last)
+    assert list(result) == ["accuracy", "error", "loss", "examples"]
+    assert result["examples"] == 200 and 0.0 <= result["error"] <= 100.0
+    assert result["error"] == pytest.approx(100 * (1 - result["accuracy"]))
+
+
+def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tmp_path):
+    run_dir, _ = finished_run
+    with pytest.raises(FileExistsError, match="finished run"):
+        training.train("preact-20", output=run_dir, data_dir=cifar10_data_dir, overrides=TINY)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(os.path.join(run_dir, "config.json"), other / "config.json")
+    with pytest.raises(ValueError, match=r"other settings.*lr: 0.1 -> 0.2"):
+        training.train("preact-20", output=str(other), data_dir=cifar10_data_dir, steps=90,
+                       steps_per_epoch=30, batch_size=64, warmup_steps=10, val_examples=500,
+                       lr=0.2, overrides=TINY, verbose=0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["preact-99"], "Unknown model name 'preact-99'"),
+        (["preact-20", "--dataset", "mnist"], "Unknown dataset 'mnist'"),
+        (["preact-20", "--data-dir", "/nonexistent/tfds"], "not prepared in data_dir"),
+        (["preact-20", "--steps", "0"], "`steps` must be a positive integer. Received: steps=0"),
+        (["preact-20", "--steps", "100"], r"`warmup_steps` must be an integer in \[0, steps=100\)"),
+        (["preact-20", "--batch-size", "0"], "`batch_size` must be a positive integer"),
+        (["preact-20", "--override", "depth=7"], "depth 6n\\+2"),
+        (["preact-20", "--override", "depth"], "--override expects FIELD=VALUE"),
+        (["preact-200-imagenet"], "imagenet network; dataset 'cifar10' needs a cifar one"),
+    ],
+)
+def test_bad_input_fails_before_any_work(argv, message, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *argv, "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: ")
+    assert __import__("re").search(message, err), err
+    assert not out.exists()  # nothing was created
+
+
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_backup(
+    cifar10_data_dir, tmp_path
+):
+    # 4 warm-up steps at 0.01 are backed up (every 2); then lr 1e30 blows the weights up.
+    run_dir = tmp_path / "nan"
+    with pytest.raises(training.TrainingDiverged, match=r"NaN/inf at step \d+.*step 4\)"):
+        training.train("preact-20", output=str(run_dir), data_dir=cifar10_data_dir, steps=40,
+                       steps_per_epoch=20, batch_size=32, lr=1e30, warmup_steps=4,
+                       val_examples=0, backup_every=2, overrides=TINY, verbose=0)
+    meta = json.load(open(run_dir / "backup" / "training_metadata.json"))
+    assert meta["step"] == 4
+    assert not (run_dir / "model.keras").exists()
+    arrays = []
+    with h5py.File(run_dir / "backup" / "latest.weights.h5", "r") as f:
+        f.visititems(lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset)
+                     else None)
+    assert len(arrays) > 20 and all(np.isfinite(a).all() for a in arrays)
