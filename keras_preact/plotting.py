@@ -175,6 +175,44 @@ def plot_signal_propagation(
     return fig
 
 
+def plot_prediction(image, labels: Sequence, scores: Sequence[float], *,
+                    title: str | None = None) -> Figure:
+    """The image with its top-k labels and scores as bars next to it (best on top).
+
+    Args:
+        image: `(height, width, 3)` RGB, uint8 or floats in [0, 255].
+        labels: class names, best first; bytes (as served by TF Serving) are decoded.
+        scores: their probabilities.
+
+    Example:
+    >>> import numpy as np
+    >>> fig = plot_prediction(np.zeros((32, 32, 3), "uint8"), [b"cat", b"dog"], [0.7, 0.2])
+    >>> [t.get_text() for t in fig.axes[1].get_yticklabels()]
+    ['cat', 'dog']
+    """
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[-1] != 3:
+        raise ValueError(f"`image` must be (height, width, 3). Received shape {image.shape}.")
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in labels]
+    scores = np.asarray(scores, dtype=float)
+    if len(names) != len(scores):
+        raise ValueError(f"Received {len(names)} labels for {len(scores)} scores.")
+    fig = Figure(figsize=(7, 2.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_image, ax_bars = fig.subplots(1, 2, width_ratios=(1, 1.6))
+    ax_image.imshow(image.astype("uint8"), interpolation="nearest")
+    ax_image.set_axis_off()
+    ax_bars.barh(np.arange(len(names)), scores, color="C0")
+    ax_bars.set_yticks(np.arange(len(names)), names)
+    ax_bars.invert_yaxis()  # best first, on top
+    ax_bars.set(xlim=(0, 1), xlabel="probability")
+    for y, score in enumerate(scores):
+        ax_bars.text(min(score, 0.8) + 0.02, y, f"{score:.3f}", va="center")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> str:
     """Writes `fig` to `path` atomically (temp file in the same directory, then rename).
 

@@ -109,3 +109,15 @@ def test_plot_signal_propagation_lines_and_stage_marks(tmp_path):
     marks = [line.get_xdata()[0] for line in gradient_ax.get_lines() if line.get_linestyle() == ":"]
     assert marks == [2.5]
     assert (tmp_path / "signal.svg").read_text().startswith("<?xml")
+
+
+def test_plot_prediction_shows_image_and_ranked_scores():
+    image = np.zeros((32, 32, 3), "uint8")
+    image[:, :16] = 255
+    fig = plotting.plot_prediction(image, [b"ship", b"airplane", b"truck"], [0.6, 0.3, 0.1])
+    ax_image, ax_bars = fig.axes
+    np.testing.assert_array_equal(ax_image.get_images()[0].get_array(), image)
+    assert [t.get_text() for t in ax_bars.get_yticklabels()] == ["ship", "airplane", "truck"]
+    np.testing.assert_allclose([bar.get_width() for bar in ax_bars.patches], [0.6, 0.3, 0.1])
+    with pytest.raises(ValueError, match="2 labels for 3 scores"):
+        plotting.plot_prediction(image, ["a", "b"], [0.5, 0.3, 0.2])

@@ -1,0 +1,87 @@
+"""The notebooks run end to end (nbclient, kernel "python3") with small settings.
+
+Each notebook gets one extra cell at the end that prints, as JSON, the numbers the
+notebook computed; the test checks those, and that every figure was displayed.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def execute(name: str, check_source: str, tmp_path) -> tuple[nbformat.NotebookNode, dict]:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
+        "commit notebooks with outputs cleared"
+    )
+    nb.cells.append(nbformat.v4.new_code_cell(check_source))
+    # ipykernel provides the "python3" kernelspec from its package data, and jupyter_client
+    # launches it with sys.executable: the kernel runs in this very environment.
+    NotebookClient(nb, kernel_name="python3", timeout=600,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return nb, json.loads(nb.cells[-1].outputs[-1]["text"])
+
+
+def shown_images(nb) -> int:
+    return sum("image/png" in out.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for out in c.outputs)
+
+
+@pytest.fixture
+def small_settings(monkeypatch, tmp_path, cifar10_data_dir):
+    monkeypatch.setenv("TFDS_DATA_DIR", cifar10_data_dir)
+    monkeypatch.setenv("KERAS_PREACT_WORKDIR", str(tmp_path / "work"))
+    monkeypatch.setenv("KERAS_PREACT_STEPS", "20")
+    monkeypatch.setenv("KERAS_PREACT_BATCH", "32")
+    monkeypatch.setenv("KERAS_PREACT_VAL_EXAMPLES", "64")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
+    return tmp_path
+
+
+def test_quickstart(small_settings):
+    check = """import json, numpy as np
+from keras_preact.plotting import read_metrics
+m = read_metrics(RUN_DIR)
+print(json.dumps({"params": model.count_params(), "steps": m["step"].tolist(),
+                  "val_accuracy": m["val_accuracy"].tolist(),
+                  "labels": [s.decode() for s in outputs["labels"][0].numpy()],
+                  "scores": outputs["scores"][0].numpy().tolist(),
+                  "keras_top5": np.argsort(trained.predict(
+                      keras_preact.preprocessing.preprocess_input(image[None]), verbose=0)[0])[::-1][:5].tolist(),
+                  "served_top5": outputs["classes"][0].numpy().tolist()}))"""
+    nb, got = execute("quickstart.ipynb", check, small_settings)
+    assert 10.3e6 < got["params"] < 10.6e6  # preact-1001, incl. BN moving statistics
+    assert got["steps"] == [2.0 * k for k in range(1, 11)]  # 20 steps, logged every 2
+    assert all(0.0 <= a <= 1.0 for a in got["val_accuracy"])
+    assert len(got["labels"]) == 5 and len(set(got["labels"])) == 5
+    assert got["scores"] == sorted(got["scores"], reverse=True) and sum(got["scores"]) <= 1.0001
+    assert got["served_top5"] == got["keras_top5"]  # the SavedModel serves the trained model
+    assert shown_images(nb) == 2  # training curves, prediction next to the image
+
+
+def test_identity_mappings(small_settings, monkeypatch):
+    monkeypatch.setenv("KERAS_PREACT_SIGNAL_DEPTH", "20")
+    monkeypatch.setenv("KERAS_PREACT_SIGNAL_BATCH", "4")
+    monkeypatch.setenv("KERAS_PREACT_TRAIN_DEPTH", "8")
+    check = """import json
+from keras_preact.plotting import read_metrics
+print(json.dumps({"units": {k: v["direct"].tolist() for k, v in units.items()},
+                  "shortcuts": {k: v["direct"].tolist() for k, v in shortcuts.items()},
+                  "runs": {k: read_metrics(d)["step"].tolist() for k, d in run_dirs.items()}}))"""
+    nb, got = execute("identity_mappings.ipynb", check, small_settings)
+    assert sorted(got["units"]) == sorted(
+        ["original", "bn-after-add", "relu-before-add", "relu-only-preact", "full-preact"])
+    assert len(got["shortcuts"]) == 7
+    assert all(len(d) == 9 for d in got["units"].values())  # depth 20: 3 units per stage
+    assert min(got["units"]["full-preact"]) > 0.8
+    assert got["shortcuts"]["constant-scaling"][1] < 0.75  # 0.5 expected, 2 units from the end
+    assert got["runs"] == {"original": [2.0 * k for k in range(1, 11)],
+                           "pre-activation": [2.0 * k for k in range(1, 11)]}
+    assert shown_images(nb) == 3  # two signal-propagation figures, the training curves
