@@ -78,13 +78,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     # Printed by every worker: equal digests show that all workers hold the same weights.
     print(f"keras-preact: finished at step {int(model.optimizer.iterations.numpy())}; "
-          f"weights sha256 {weights_digest(model)}; model in {args.output}/model.keras")
+          f"trainable weights sha256 {weights_digest(model)}; "
+          f"model in {args.output}/model.keras")
     return 0
 
 
 def weights_digest(model) -> str:
-    """First 16 hex digits of the SHA-256 of all weights' bytes, in layer order."""
+    """First 16 hex digits of the SHA-256 of the trainable weights' bytes, in layer order.
+
+    BN moving statistics are left out: like the paper's 2-GPU Torch runs (BN over each GPU's
+    64 images), each replica keeps its own; the chief's are the ones saved.
+    """
     digest = hashlib.sha256()
-    for variable in model.weights:
+    for variable in model.trainable_weights:
         digest.update(variable.numpy().tobytes())
     return digest.hexdigest()[:16]

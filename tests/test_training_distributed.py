@@ -1,0 +1,112 @@
+"""tf.distribute and faults, each in fresh processes: MirroredStrategy over two logical CPUs,
+MultiWorkerMirroredStrategy with two workers via the CLI, SIGKILL then resume."""
+
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+TRAIN = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override", "depth=8",
+         "--warmup-steps", "0"]
+
+
+def _env(**extra):
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _finished(output: str) -> tuple[int, str]:
+    match = re.search(r"finished at step (\d+); trainable weights sha256 (\w+)", output)
+    assert match, output[-2000:]
+    return int(match.group(1)), match.group(2)
+
+
+MIRRORED = """
+import json, sys, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_preact import training
+m = training.train("preact-20", output=sys.argv[1], data_dir=sys.argv[2], steps=8,
+                   steps_per_epoch=4, batch_size=16, warmup_steps=0, val_examples=64,
+                   strategy="mirrored", overrides={"depth": 8}, verbose=0)
+print(json.dumps({"step": int(m.optimizer.iterations.numpy()),
+                  "replicas": m.distribute_strategy.num_replicas_in_sync}))
+"""
+
+
+def test_mirrored_strategy_over_two_logical_cpus(tmp_path, cifar10_data_dir):
+    run_dir = tmp_path / "mirrored"
+    proc = subprocess.run([sys.executable, "-c", MIRRORED, str(run_dir), cifar10_data_dir],
+                          capture_output=True, text=True, timeout=400, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"step": 8, "replicas": 2}
+    assert json.load(open(run_dir / "config.json"))["replicas"] == 2
+    with open(run_dir / "metrics.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [4, 8]
+
+
+def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
+    run_dir = tmp_path / "mwms"
+    ports = [_free_port(), _free_port()]
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    procs = [
+        subprocess.Popen(
+            [*TRAIN, "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps", "12",
+             "--steps-per-epoch", "6", "--batch-size", "16", "--val-examples", "64",
+             "--backup-every", "5"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                           "task": {"type": "worker", "index": i}})),
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=500)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    chief, worker = _finished(outputs[0]), _finished(outputs[1])
+    assert chief[0] == worker[0] == 12
+    assert chief[1] == worker[1]  # identical weights on both workers
+    config = json.load(open(run_dir / "config.json"))
+    assert config["replicas"] == 2 and config["strategy"] == "auto"
+    # Only the chief wrote the run directory; the backup is gone once finished.
+    assert sorted(os.listdir(run_dir)) == ["config.json", "metrics.csv", "model.keras"]
+
+
+def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
+    run_dir = tmp_path / "killed"
+    argv = [*TRAIN, "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps", "40",
+            "--steps-per-epoch", "15", "--batch-size", "32", "--val-examples", "0",
+            "--backup-every", "5"]
+    meta = run_dir / "backup" / "training_metadata.json"
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=_env())
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        if meta.exists() and json.loads(meta.read_text())["step"] >= 10:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "training ended before it could be killed"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (run_dir / "model.keras").exists()
+    killed_at = json.loads(meta.read_text())["step"]
+
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=_env())
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = int(re.search(r"resuming from step (\d+) of 40", second.stdout).group(1))
+    assert resumed >= killed_at and resumed % 5 == 0
+    assert _finished(second.stdout)[0] == 40
+    with open(run_dir / "metrics.csv") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f)]
+    assert steps[-1] == 40 and steps == sorted(steps)
