@@ -1,0 +1,195 @@
+"""Training speed of a keras_preact network: build time, first step, steady images/s, peak RSS.
+
+The model is built by `keras_preact.build` and compiled as `keras-preact train` compiles it
+(`SGDWithL2` on the paper's schedule, sparse cross-entropy, accuracy), then trained by one
+`model.fit` call on a synthetic batch (so the input pipeline costs nothing). Steady rate =
+batch / median step time after the first two executions; first step = from the `fit` call
+to the end of the first step (tracing, graph optimization, the step itself). Peak RSS is
+the process' high-water mark (`ru_maxrss`), so run one configuration per process.
+
+    python benchmarks/train_speed.py --model preact-164 --batch-size 64 --steps 20
+    python benchmarks/train_speed.py --model preact-1001 --batch-size 32 --steps 8 \
+        --stages scan --compare torch --json
+
+`--compare torch` then runs the same architecture (same trainable parameter count,
+asserted) in PyTorch eager in a subprocess and prints the ratios. Levers: `--stages scan`
+(`--no-fused`, `--recompute`), `--mixed-precision bfloat16`, `--steps-per-execution N`,
+`--grappler PRESET`, `--jit-compile`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+# Grappler presets (tf.config.optimizer.set_experimental_options). "default": TF's own.
+GRAPPLER = {
+    "default": {},
+    "off": {"disable_meta_optimizer": True},
+    # Keep the passes that pay on CPU (pruning, constant folding, remapper fusions); skip
+    # the ones whose cost grows with graph size but gain little for a conv net.
+    "lean": {"arithmetic_optimization": False, "dependency_optimization": False,
+             "loop_optimization": False, "shape_optimization": False,
+             "layout_optimizer": False, "debug_stripper": False,
+             "implementation_selector": False, "auto_mixed_precision": False},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="registered name, e.g. preact-1001")
+    p.add_argument("--depth", type=int, help="override the depth (e.g. 20 for a quick run)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=20, help="training steps in the fit call")
+    p.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    p.add_argument("--compare", choices=["torch"], help="also run PyTorch eager; print ratios")
+    p.add_argument("--framework", choices=["keras", "torch"], default="keras",
+                   help=argparse.SUPPRESS)  # used by --compare for its subprocess
+    p.add_argument("--stages", choices=["layers", "scan"], default="layers")
+    p.add_argument("--no-fused", action="store_true", help="scan: Keras BN ops, not fused")
+    p.add_argument("--recompute", action="store_true", help="scan: recompute units in backprop")
+    p.add_argument("--mixed-precision", choices=["off", "bfloat16"], default="off")
+    p.add_argument("--steps-per-execution", type=int, default=1)
+    p.add_argument("--grappler", choices=sorted(GRAPPLER), default="default")
+    p.add_argument("--jit-compile", action="store_true")
+    p.add_argument("--channels-last", action="store_true", help="torch: channels_last memory")
+    args = p.parse_args(argv)
+    if args.steps < 3 * args.steps_per_execution:
+        p.error(f"--steps must be at least 3 executions ({3 * args.steps_per_execution}) to "
+                f"measure a steady rate. Received: --steps {args.steps}")
+    return args
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kB
+
+
+def summarize(build_s: float, step_times: list[float], batch_size: int, extra: dict) -> dict:
+    """`step_times[i]` = seconds of execution i, each of `k = extra['steps_per_execution']`
+    steps; the first execution's extra k-1 steps are charged at the steady rate."""
+    k = extra.get("steps_per_execution", 1)
+    steady = statistics.median(step_times[2:]) / k
+    return {"build_s": round(build_s, 3),
+            "first_step_s": round(step_times[0] - (k - 1) * steady, 3),
+            "images_per_s": round(batch_size / steady, 2),
+            "peak_rss_mb": round(peak_rss_mb(), 1), **extra}
+
+
+def run_keras(args) -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_preact
+    from keras_preact import scan
+    from keras_preact.training import SGDWithL2, paper_schedule
+    from keras_preact.training.trainer import MIXED_PRECISION
+
+    tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
+    overrides = {"depth": args.depth} if args.depth else {}
+    spec = keras_preact.resolve(args.model, **overrides)
+    if MIXED_PRECISION[args.mixed_precision]:
+        keras.config.set_dtype_policy(MIXED_PRECISION[args.mixed_precision])
+    start = time.perf_counter()
+    model = keras_preact.build(args.model, stages=args.stages, **overrides)
+    build_s = time.perf_counter() - start
+    scan.set_options(model, fused=not args.no_fused, recompute=args.recompute)
+    # keras_preact.training.trainer._fit's compile, with its defaults.
+    model.compile(
+        optimizer=SGDWithL2(paper_schedule(), momentum=0.9, l2=1e-4),  # a run's first steps
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=spec.classifier_activation is None),
+        metrics=["accuracy"],
+        jit_compile=args.jit_compile,
+        steps_per_execution=args.steps_per_execution,
+    )
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(args.batch_size, *spec.input_shape)).astype("float32")
+    y = rng.integers(0, spec.classes, size=(args.batch_size,)).astype("int64")
+    data = tf.data.Dataset.from_tensors((x, y)).repeat()
+
+    class Timer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.ends.append(time.perf_counter())
+
+    timer = Timer()
+    start = time.perf_counter()
+    model.fit(data, steps_per_epoch=args.steps, epochs=1, callbacks=[timer], verbose=0,
+              shuffle=False)
+    ends = [start] + timer.ends
+    times = [b - a for a, b in zip(ends, ends[1:])]
+    params = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    return summarize(build_s, times, args.batch_size, {
+        "framework": "keras", "trainable_params": params,
+        "steps_per_execution": args.steps_per_execution, "versions": {
+            "tensorflow": tf.__version__, "keras": keras.__version__}})
+
+
+def run_torch(args) -> dict:
+    import torch
+    from torch_preact import train_steps
+
+    import keras_preact
+
+    spec = keras_preact.resolve(args.model, **({"depth": args.depth} if args.depth else {}))
+    build_s, times, params = train_steps(spec, args.batch_size, args.steps, args.channels_last)
+    return summarize(build_s, times, args.batch_size, {
+        "framework": "torch", "trainable_params": params,
+        "versions": {"torch": torch.__version__, "threads": torch.get_num_threads()}})
+
+
+def torch_subprocess(args) -> dict:
+    """Runs the torch side in its own process (own peak RSS, no TF in memory)."""
+    argv = [sys.executable, os.path.abspath(__file__), "--framework", "torch", "--json",
+            "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
+            str(args.steps)] + (["--depth", str(args.depth)] if args.depth else []) + (
+            ["--channels-last"] if args.channels_last else [])
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    result = run_torch(args) if args.framework == "torch" else run_keras(args)
+    result["model"], result["batch_size"] = args.model, args.batch_size
+    if args.framework == "keras":
+        result["options"] = {k: getattr(args, k) for k in (
+            "stages", "no_fused", "recompute", "mixed_precision", "steps_per_execution",
+            "grappler", "jit_compile")}
+    if args.compare == "torch":
+        reference = torch_subprocess(args)
+        if reference["trainable_params"] != result["trainable_params"]:
+            raise AssertionError(f"Not the same architecture: keras has "
+                                 f"{result['trainable_params']} trainable parameters, torch "
+                                 f"{reference['trainable_params']}.")
+        result["torch"] = reference
+        # > 1 means keras is better: faster start, more images/s, less memory.
+        result["ratios_keras_vs_torch"] = {
+            "first_step_speedup": round(reference["first_step_s"] / result["first_step_s"], 3),
+            "images_per_s": round(result["images_per_s"] / reference["images_per_s"], 3),
+            "memory_saving": round(reference["peak_rss_mb"] / result["peak_rss_mb"], 3)}
+    if not args.json:
+        rows = [result] + ([result["torch"]] if "torch" in result else [])
+        for r in rows:
+            print(f"{r['framework']:>6} {args.model} batch {args.batch_size}: build "
+                  f"{r['build_s']:.2f} s, first step {r['first_step_s']:.2f} s, "
+                  f"{r['images_per_s']:.2f} images/s, peak RSS {r['peak_rss_mb']:.0f} MB")
+        if "ratios_keras_vs_torch" in result:
+            print("keras vs torch (>1: keras better):", result["ratios_keras_vs_torch"])
+    else:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Scanned stages: a stage's identical residual units run as one loop over stacked weights.
+
+A full pre-activation unit with an identity shortcut is `x + F(x)` with
+`F = conv_K(relu(bn_K(... conv_1(relu(bn_1(x))))))`; every unit of a stage after the first
+has the same shapes. `ScannedUnits` holds the weights of those `n` units stacked on a
+leading axis and runs them with one `tf.while_loop`, so the traced graph (and the time
+TensorFlow spends optimizing it before the first step) no longer grows with depth:
+preact-1001 becomes a graph of about the size of preact-20. The math is the plain layer
+graph's: same convs, same BatchNormalization (batch statistics in training, the same moving
+statistics update `m = 0.9 m + 0.1 batch`, epsilon 1e-5), same initializers, same
+parameter count. Only TensorFlow's summation order differs (outputs agree to ~1e-6).
+
+Build it with `keras_preact.build(name, stages="scan")`; convert a trained model either way
+with `to_scanned` / `to_layered` (the plain graph is the one to export and inspect: its
+`Add` layers show the identity path). `fused=True` (default) computes each BN with one
+`FusedBatchNormV3` op instead of Keras' moments + normalize ops; `recompute=True` keeps
+only each unit's input for the backward pass and recomputes the rest (memory mode).
+
+Example:
+>>> import keras_preact
+>>> from keras_preact import scan
+>>> fast = keras_preact.build("preact-164", stages="scan", depth=20)
+>>> plain = scan.to_layered(fast)
+>>> plain.count_params() == fast.count_params()
+True
+"""
+
+from __future__ import annotations
+
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from keras_preact import blocks
+from keras_preact.specs import CONVS_PER_UNIT, ResNetSpec
+
+STAGES = ("layers", "scan")
+# The plain graph's BatchNormalization settings (blocks.apply_ops: Torch's momentum 0.1, eps 1e-5).
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
+SCAN_NAME = re.compile(r"^stage(\d+)_scan$")
+UNIT_ADD = re.compile(r"^stage(\d+)_unit(\d{3})_add$")
+
+
+def check_scannable(spec: ResNetSpec) -> None:
+    """Raises ValueError unless the units of `spec` are identical full pre-activation units
+    with identity shortcuts (the only design whose unit is `x + F(x)` with nothing after)."""
+    if spec.unit != "full-preact" or spec.shortcut != "identity":
+        raise ValueError(
+            "stages='scan' needs full pre-activation units with identity shortcuts. Received: "
+            f"unit={spec.unit!r}, shortcut={spec.shortcut!r} (use stages='layers')."
+        )
+
+
+def scanned_units(x, spec: ResNetSpec, width: int, units: int, name: str, **options):
+    """Applies `units` identical stride-1 units of `spec` (stage width `width`) to `x`."""
+    check_scannable(spec)
+    convs = [(f, k) for f, k, _ in blocks.branch_convs(spec, width, 1)]
+    return ScannedUnits(units, convs, name=name, **options)(x)
+
+
+def _stacked_init(initializer, units: int):
+    """An initializer for `(units, *shape)` that draws each unit's slice like `initializer`
+    draws `shape` (fans are computed per unit, as for the plain layers)."""
+
+    def init(shape, dtype=None):
+        return ops.stack([initializer(shape[1:], dtype=dtype) for _ in range(units)])
+
+    return init
+
+
+def _scan(fn, carry, xs: list, length: int, num_ys: int, parallel_iterations: int = 1):
+    """`jax.lax.scan` on one tf.while_loop: `carry, y_i = fn(carry, [x[i] for x in xs])`
+    with `y_i` a list of `num_ys` float32 tensors.
+
+    Stacked inputs go through TensorArrays (not `gather`), so each weight gradient is
+    written once per iteration instead of being summed densely over all iterations.
+    Returns the final carry and the `y_i` stacked on a new leading axis.
+    """
+    xs_ta = [tf.TensorArray(x.dtype, size=length).unstack(x) for x in xs]
+    ys_ta = [tf.TensorArray(tf.float32, size=length) for _ in range(num_ys)]
+
+    def body(i, c, *ys):
+        c, y = fn(c, [ta.read(i) for ta in xs_ta])
+        return (i + 1, c, *[ta.write(i, v) for ta, v in zip(ys, y)])
+
+    _, carry, *ys_ta = tf.while_loop(
+        lambda i, *_: i < length, body, (tf.constant(0), carry, *ys_ta),
+        parallel_iterations=parallel_iterations, maximum_iterations=length,
+    )
+    return carry, [ta.stack() for ta in ys_ta]
+
+
+@keras.saving.register_keras_serializable(package="keras_preact")
+class ScannedUnits(keras.layers.Layer):
+    """`units` identical full pre-activation units `x + F(x)`, run by one loop.
+
+    Args:
+        units: number of units.
+        convs: `(filters, kernel)` of the branch's convs in order, e.g. bottleneck width 16:
+            `[(16, 1), (16, 3), (64, 1)]`. The input must have `convs[-1][0]` channels.
+        momentum, epsilon: the BatchNormalization settings of the plain layers.
+        fused: compute BN with `FusedBatchNormV3` (one op forward, one backward) rather
+            than Keras' moments + normalize ops. Same statistics and update.
+        recompute: keep only each unit's input for the backward pass and recompute the
+            unit (`tf.recompute_grad`): ~1/3 of the activation memory, ~1.3x the compute.
+
+    Weights are `bn{k}_gamma`, `bn{k}_beta`, `bn{k}_moving_mean`, `bn{k}_moving_variance`
+    of shape `(units, channels)` and `conv{k}_kernel` of shape `(units, k, k, in, out)`:
+    slice `u` holds the weights of the plain graph's unit `u + 2` of the stage.
+    """
+
+    def __init__(self, units: int, convs, momentum: float = BN_MOMENTUM,
+                 epsilon: float = BN_EPSILON, fused: bool = True, recompute: bool = False,
+                 **kwargs):
+        super().__init__(autocast=False, **kwargs)  # casts are explicit in `call`
+        if not (isinstance(units, int) and units >= 1):
+            raise ValueError(f"`units` must be a positive integer. Received: units={units!r}")
+        self.units = units
+        self.convs = [(int(f), int(k)) for f, k in convs]
+        self.momentum = float(momentum)
+        self.epsilon = float(epsilon)
+        self.fused = bool(fused)
+        self.recompute = bool(recompute)
+
+    def build(self, input_shape):
+        channels = input_shape[-1]
+        if channels != self.convs[-1][0]:
+            raise ValueError(
+                f"{self.name}: the input needs {self.convs[-1][0]} channels (the last conv's "
+                f"filters) for the identity shortcut. Received: input_shape={input_shape}"
+            )
+        n, c_in = self.units, channels
+        ones, zeros = keras.initializers.Ones(), keras.initializers.Zeros()
+        self.bn_weights, self.kernels = [], []
+        for k, (filters, kernel) in enumerate(self.convs, start=1):
+            bn = [self.add_weight((n, c_in), init, name=f"bn{k}_{what}", trainable=trainable)
+                  for what, init, trainable in (("gamma", ones, True), ("beta", zeros, True),
+                                                ("moving_mean", zeros, False),
+                                                ("moving_variance", ones, False))]
+            self.bn_weights.append(bn)
+            self.kernels.append(self.add_weight(
+                (n, kernel, kernel, c_in, filters), _stacked_init(blocks.CONV_INIT, n),
+                name=f"conv{k}_kernel"))
+            c_in = filters
+
+    def _batch_norm(self, x, gamma, beta, mean, variance, training):
+        """BN of the plain layer (statistics and arithmetic in float32); returns the output
+        in the compute dtype and the batch mean and (biased) variance used."""
+        if self.fused:
+            if training:
+                y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+                    x, gamma, beta, epsilon=self.epsilon, is_training=True)
+                # The op returns the unbiased variance; Keras' moving average uses the biased.
+                n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
+                variance = variance * ((n - 1.0) / n)
+            else:
+                y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+                    x, gamma, beta, mean, variance, epsilon=self.epsilon, is_training=False)
+            return ops.cast(y, self.compute_dtype), mean, variance
+        x = ops.cast(x, "float32")
+        if training:
+            mean, variance = ops.moments(x, axes=(0, 1, 2))
+        y = ops.batch_normalization(x, mean, variance, axis=-1, offset=beta, scale=gamma,
+                                    epsilon=self.epsilon)
+        return ops.cast(y, self.compute_dtype), mean, variance
+
+    def _unit(self, x, params, training):
+        """One unit `x + F(x)`; `params` = per conv k: gamma, beta, mean, variance, kernel.
+        Returns the output and the batch (mean, variance) of each BN."""
+        y, stats = x, []
+        for k in range(len(self.convs)):
+            gamma, beta, mean, variance, kernel = params[5 * k: 5 * k + 5]
+            y, mean, variance = self._batch_norm(y, gamma, beta, mean, variance, training)
+            stats += [mean, variance]
+            y = ops.conv(ops.relu(y), kernel, strides=1, padding="same")
+        return ops.add(x, y), stats
+
+    def call(self, inputs, training=False):
+        training = bool(training) and self.trainable
+        params = []
+        for bn, kernel in zip(self.bn_weights, self.kernels):
+            params += [ops.cast(w, "float32") for w in bn]
+            params.append(ops.cast(kernel, self.compute_dtype))
+        x = ops.cast(inputs, self.compute_dtype)
+
+        def unit(x, *p):
+            y, stats = self._unit(x, list(p), training)
+            return (y, *stats) if training else y
+
+        if self.recompute and training:
+            unit = tf.recompute_grad(unit)
+
+        def step(x, p):
+            out = unit(x, *p)
+            return (out[0], list(out[1:])) if training else (out, [])
+
+        x, stats = _scan(step, x, params, self.units, 2 * len(self.convs) if training else 0)
+        if training:  # the plain BN layers' update, one stacked assign per variable
+            m = self.momentum
+            for k, (_, _, moving_mean, moving_var) in enumerate(self.bn_weights):
+                moving_mean.assign(moving_mean * m + stats[2 * k] * (1.0 - m))
+                moving_var.assign(moving_var * m + stats[2 * k + 1] * (1.0 - m))
+        return x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "units": self.units,
+                "convs": [list(c) for c in self.convs], "momentum": self.momentum,
+                "epsilon": self.epsilon, "fused": self.fused, "recompute": self.recompute}
+
+
+def set_options(model: keras.Model, *, fused: bool | None = None,
+                recompute: bool | None = None) -> keras.Model:
+    """Sets `fused` / `recompute` on every `ScannedUnits` layer of `model` (before it is
+    compiled or first called: the options are read when the loop is traced).
+
+    Example:
+    >>> import keras_preact
+    >>> m = set_options(keras_preact.build("preact-164", stages="scan", depth=20), recompute=True)
+    >>> m.get_layer("stage1_scan").recompute
+    True
+    """
+    for layer in _scanned_layers(model):
+        if fused is not None:
+            layer.fused = bool(fused)
+        if recompute is not None:
+            layer.recompute = bool(recompute)
+    return model
+
+
+def _scanned_layers(model: keras.Model) -> list[ScannedUnits]:
+    return [layer for layer in model.layers if isinstance(layer, ScannedUnits)]
+
+
+def _spec_of(model: keras.Model) -> ResNetSpec:
+    """The spec of a full pre-activation net built by `keras_preact.build` (either form),
+    read off its layer names; `_convert` then checks the model really is that net."""
+    from keras_preact.preprocessing import family_of
+
+    names = {layer.name for layer in model.layers}
+    units: dict[int, int] = {}
+    for name in names:
+        match = UNIT_ADD.match(name) or SCAN_NAME.match(name)
+        if match:
+            stage = int(match.group(1))
+            extra = model.get_layer(name).units if SCAN_NAME.match(name) else 0
+            units[stage] = max(units.get(stage, 0), extra + 1 if extra else int(match.group(2)))
+    convs = sum(1 for k in (1, 2, 3) if f"stage1_unit001_conv{k}" in names)
+    blocks_by_convs = {n: b for b, n in CONVS_PER_UNIT.items()}
+    if not units or sorted(units) != list(range(1, len(units) + 1)) or convs not in blocks_by_convs:
+        raise ValueError(f"{model.name!r} is not a network built by keras_preact.build "
+                         f"(no stage{{s}}_unit{{uuu}}_* layers). Received: {model.name!r}")
+    fields = {"family": family_of(model), "block": blocks_by_convs[convs],
+              "units": tuple(units[s] for s in sorted(units)),
+              "input_shape": tuple(model.input_shape[1:]), "include_top": "predictions" in names}
+    if fields["include_top"]:
+        head = model.get_layer("predictions").get_config()
+        fields["classes"] = head["units"]
+        fields["classifier_activation"] = None if head["activation"] == "linear" else head["activation"]
+    else:
+        fields["pooling"] = "avg" if "avg_pool" in names else "max" if "max_pool" in names else None
+    try:
+        return ResNetSpec(**fields)
+    except ValueError as error:
+        raise ValueError(f"{model.name!r} is not a network built by keras_preact.build: "
+                         f"{error}") from None
+
+
+def to_scanned(model: keras.Model, *, fused: bool = True, recompute: bool = False) -> keras.Model:
+    """The scanned form (`stages="scan"`) of a plain full pre-activation `model`, with its
+    weights (moving statistics included): same outputs, same parameter count.
+
+    Example:
+    >>> import keras_preact
+    >>> plain = keras_preact.build("preact-164", depth=20)
+    >>> fast = to_scanned(plain)
+    >>> fast.get_layer("stage1_scan").units, plain.count_params() == fast.count_params()
+    (1, True)
+    """
+    target = _convert(model, "scan")
+    return set_options(target, fused=fused, recompute=recompute)
+
+
+def to_layered(model: keras.Model) -> keras.Model:
+    """The plain layer graph of a scanned `model`, with its weights: same outputs, same
+    parameter count, and the graph `keras_preact.build(name)` gives (to export, inspect
+    or fine-tune with per-layer tools).
+
+    Example:
+    >>> import keras_preact
+    >>> fast = keras_preact.build("preact-164", stages="scan", depth=20)
+    >>> to_layered(fast).get_layer("stage1_unit002_add").name
+    'stage1_unit002_add'
+    """
+    return _convert(model, "layers")
+
+
+def _unit_layers(stage: int, unit: int, n_convs: int) -> list[str]:
+    prefix = f"stage{stage}_unit{unit:03d}"
+    return [f"{prefix}_{kind}{k}" for k in range(1, n_convs + 1) for kind in ("bn", "relu", "conv")] + [
+        f"{prefix}_add"]
+
+
+def _convert(model: keras.Model, stages: str) -> keras.Model:
+    """Rebuilds `model`'s network in form `stages` under its dtype policy and copies every
+    weight across; a model that is not exactly that network raises ValueError."""
+    from keras_preact.builder import build_from_spec
+
+    spec = _spec_of(model)
+    check_scannable(spec)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(model.get_layer("stem_conv").dtype_policy)
+    try:
+        target = build_from_spec(spec, name=model.name, stages=stages)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    scanned, plain = (target, model) if stages == "scan" else (model, target)
+
+    # Every layer of the plain form is either a layer of the scanned form (same config)
+    # or part of one of its scanned units.
+    expected = {layer.name for layer in scanned.layers if not isinstance(layer, ScannedUnits)}
+    for layer in _scanned_layers(scanned):
+        stage = int(SCAN_NAME.match(layer.name).group(1))
+        for unit in range(2, layer.units + 2):
+            expected.update(_unit_layers(stage, unit, len(layer.convs)))
+    plain_names = {layer.name for layer in plain.layers}
+    if plain_names != expected:
+        diff = sorted(plain_names ^ expected)[:5]
+        raise ValueError(f"{model.name!r} is not a full pre-activation network with identity "
+                         f"shortcuts as keras_preact.build makes it. Layers that differ: {diff}")
+
+    for layer in scanned.layers:
+        if isinstance(layer, ScannedUnits):
+            _copy_units(layer, plain, to_scan=stages == "scan")
+            continue
+        other = plain.get_layer(layer.name)
+        if other.get_config() != layer.get_config():
+            raise ValueError(f"Layer {layer.name!r} differs between the two forms. Received: "
+                             f"{other.get_config()} and {layer.get_config()}")
+        source, dest = (other, layer) if stages == "scan" else (layer, other)
+        dest.set_weights(source.get_weights())
+    return target
+
+
+def _copy_units(layer: ScannedUnits, plain: keras.Model, to_scan: bool) -> None:
+    """Copies between `layer`'s stacked weights and the plain units it stands for."""
+    stage = int(SCAN_NAME.match(layer.name).group(1))
+    prefix = [f"stage{stage}_unit{u:03d}" for u in range(2, layer.units + 2)]
+    for k, (bn, kernel) in enumerate(zip(layer.bn_weights, layer.kernels), start=1):
+        pairs = [(kernel, [plain.get_layer(f"{p}_conv{k}").kernel for p in prefix])]
+        bns = [plain.get_layer(f"{p}_bn{k}") for p in prefix]
+        for stacked, attr in zip(bn, ("gamma", "beta", "moving_mean", "moving_variance")):
+            pairs.append((stacked, [getattr(b, attr) for b in bns]))
+        for plain_layer in bns:
+            if (plain_layer.momentum, plain_layer.epsilon) != (layer.momentum, layer.epsilon):
+                raise ValueError(f"{plain_layer.name}: momentum/epsilon {plain_layer.momentum}/"
+                                 f"{plain_layer.epsilon} differ from {layer.name}'s "
+                                 f"{layer.momentum}/{layer.epsilon}.")
+        for stacked, variables in pairs:
+            if to_scan:
+                stacked.assign(np.stack([ops.convert_to_numpy(v) for v in variables]))
+            else:
+                values = ops.convert_to_numpy(stacked)
+                for v, value in zip(variables, values):
+                    v.assign(value)
