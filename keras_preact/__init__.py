@@ -19,7 +19,7 @@ from keras_preact.builder import build_from_spec
 from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
 
 
-def build(name: str, **overrides) -> keras.Model:
+def build(name: str, *, stages: str = "layers", **overrides) -> keras.Model:
     """Builds a registered network, optionally changed by `overrides`.
 
     Args:
@@ -29,6 +29,11 @@ def build(name: str, **overrides) -> keras.Model:
             `shortcut="exclusive-gating", gate_bias=-6.0` (Table 1), `block="single"`
             (Table 3), `depth=56`, `classes=100`, `input_shape=(64, 64, 3)`,
             `include_top=False, pooling="avg"`, `classifier_activation=None`.
+        stages: "layers" (default): one Keras layer per BN/ReLU/conv/Add, the graph
+            to export and inspect. "scan": each stage's identical units run as one
+            `keras_preact.scan.ScannedUnits` loop: same math and parameters, start-up
+            time independent of depth (full pre-activation, identity shortcuts only).
+            `keras_preact.scan.to_layered` / `to_scanned` convert trained weights.
 
     Returns:
         An uncompiled `keras.Model` taking RGB images normalized by
@@ -39,7 +44,7 @@ def build(name: str, **overrides) -> keras.Model:
     >>> model.output.shape
     (None, 100)
     """
-    return build_from_spec(resolve(name, **overrides), name=name)
+    return build_from_spec(resolve(name, **overrides), name=name, stages=stages)
 
 
 __all__ = ["ResNetSpec", "build", "build_from_spec", "get_spec", "list_models", "resolve"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_preact import blocks
+from keras_preact import blocks, scan
 from keras_preact.specs import ResNetSpec
 
 
@@ -43,12 +43,19 @@ def head(x, spec: ResNetSpec):
     return x
 
 
-def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None) -> keras.Model:
+def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
+                    stages: str = "layers") -> keras.Model:
     """Builds the functional model described by `spec`.
 
     Layers are named `stem_*`, `stage{s}_unit{uuu}_*`, `final_*`, `predictions`: stable
-    across versions, so weights saved by name keep loading.
+    across versions, so weights saved by name keep loading. `stages="scan"` runs the
+    identical units 2..n of each stage as one `keras_preact.scan.ScannedUnits` layer
+    `stage{s}_scan` (same math and parameters, a graph that does not grow with depth).
     """
+    if stages not in scan.STAGES:
+        raise ValueError(f"Unknown stages {stages!r}. Valid: {list(scan.STAGES)}.")
+    if stages == "scan":
+        scan.check_scannable(spec)
     if input_tensor is None:
         inputs = keras.Input(shape=spec.input_shape, name="images")
         x = inputs
@@ -59,6 +66,9 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None) -
     x = stem(x, spec)
     for s, (n_units, width) in enumerate(zip(spec.units, spec.widths), start=1):
         for u in range(1, n_units + 1):
+            if stages == "scan" and u == 2:
+                x = scan.scanned_units(x, spec, width, n_units - 1, name=f"stage{s}_scan")
+                break
             x = blocks.residual_unit(
                 x,
                 spec,
