@@ -161,9 +161,11 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
     image_size = spec.input_shape[0] if spec.family == "imagenet" else None
     train_ds = data.train_dataset(config["dataset"], train_split, config["batch_size"],
                                   config["data_dir"], image_size=image_size, seed=seed)
-    val_ds = val_split and data.eval_dataset(config["dataset"], val_split, config["batch_size"],
-                                             config["data_dir"], image_size=image_size,
-                                             cache=spec.family == "cifar")
+    val_ds = None
+    if val_split:
+        val_ds = data.eval_dataset(config["dataset"], val_split, config["batch_size"],
+                                   config["data_dir"], image_size=image_size,
+                                   cache=spec.family == "cifar")
     schedule = paper_schedule(
         steps, config["lr"], config["warmup_steps"], config["warmup_lr"],
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
@@ -200,7 +202,7 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
     net.fit(train_ds, epochs=math.ceil(steps / spe), steps_per_epoch=spe,
-            validation_data=val_ds or None, callbacks=callbacks, verbose=verbose)
+            validation_data=val_ds, callbacks=callbacks, verbose=verbose)
 
     if guard.nan_step is not None:
         kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup.restore_dir}"
