@@ -1,0 +1,155 @@
+"""Scanned stages (`build(..., stages="scan")`): the same network as the plain layer graph.
+
+Both forms convert into each other with equal outputs, parameter counts and moving-statistic
+updates; the scanned form trains, recomputes exactly, and saves/loads as `.keras` (safe mode).
+"""
+
+import numpy as np
+import pytest
+
+import keras
+import keras_preact
+from keras_preact import scan
+from keras_preact.training import SGDWithL2
+
+# Small nets whose stages hold 2, 1, 1 scanned units after their first unit.
+NETS = {"bottleneck": ("preact-164", {"units": (3, 2, 2)}),
+        "basic": ("preact-110", {"units": (3, 2, 2)}),
+        "imagenet": ("preact-18-imagenet", {"units": (3, 2, 1, 1), "input_shape": (64, 64, 3)})}
+
+
+def images(model, n=4, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, *model.input_shape[1:])).astype("float32")
+
+
+def plain_with_statistics(kind: str) -> keras.Model:
+    """A plain net whose BN moving statistics are not the initial 0/1 (so inference uses them)."""
+    name, overrides = NETS[kind]
+    keras.utils.set_random_seed(1)
+    model = keras_preact.build(name, **overrides)
+    rng = np.random.default_rng(2)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.moving_mean.assign(rng.normal(0, 0.2, layer.moving_mean.shape))
+            layer.moving_variance.assign(rng.uniform(0.5, 2.0, layer.moving_variance.shape))
+            layer.gamma.assign(rng.uniform(0.5, 1.5, layer.gamma.shape))
+    return model
+
+
+def moving_statistics(model: keras.Model) -> np.ndarray:
+    """Every BN moving mean and variance of a plain model, concatenated in layer order."""
+    return np.concatenate([np.ravel(w) for layer in model.layers
+                           if isinstance(layer, keras.layers.BatchNormalization)
+                           for w in (layer.moving_mean, layer.moving_variance)])
+
+
+@pytest.mark.parametrize("kind", sorted(NETS))
+@pytest.mark.parametrize("fused", [True, False])
+def test_round_trip_keeps_outputs_and_parameters(kind, fused):
+    plain = plain_with_statistics(kind)
+    fast = scan.to_scanned(plain, fused=fused)
+    back = scan.to_layered(fast)
+    x = images(plain)
+    expected = keras.ops.convert_to_numpy(plain(x, training=False))
+    for model in (fast, back):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x, training=False)),
+                                   expected, atol=1e-5)
+        assert model.count_params() == plain.count_params()
+    assert [layer.name for layer in back.layers] == [layer.name for layer in plain.layers]
+    for a, b in zip(plain.get_weights(), back.get_weights()):
+        np.testing.assert_array_equal(a, b)  # the weights survive both conversions exactly
+    stage1 = fast.get_layer("stage1_scan")
+    assert stage1.units == 2 and stage1.fused is fused
+    # Slice u of the stacked kernel is unit u + 2's kernel.
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(stage1.kernels[1])[1],
+                                  keras.ops.convert_to_numpy(plain.get_layer(
+                                      "stage1_unit003_conv2").kernel))
+
+
+def test_scanned_build_matches_plain_build():
+    fast = keras_preact.build("preact-164", stages="scan", depth=29)  # 3 units per stage
+    plain = keras_preact.build("preact-164", depth=29)
+    assert fast.count_params() == plain.count_params()
+    assert [layer.units for layer in fast.layers if isinstance(layer, scan.ScannedUnits)] == [2, 2, 2]
+    assert len(fast.layers) < len(plain.layers)
+    # Same initial distribution: He fan-out normal per unit (std sqrt(2 / (3 * 3 * 64))).
+    kernel = keras.ops.convert_to_numpy(fast.get_layer("stage3_scan").kernels[1])
+    assert kernel.shape == (2, 3, 3, 64, 64)
+    np.testing.assert_allclose(kernel.std(), np.sqrt(2 / (9 * 64)), rtol=0.03)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_training_updates_moving_statistics_like_plain(fused):
+    plain = plain_with_statistics("bottleneck")
+    fast = scan.to_scanned(plain, fused=fused)
+    x = images(plain, n=8, seed=3)
+    y_plain = keras.ops.convert_to_numpy(plain(x, training=True))
+    y_fast = keras.ops.convert_to_numpy(fast(x, training=True))
+    np.testing.assert_allclose(y_fast, y_plain, atol=1e-5)
+    before = moving_statistics(plain_with_statistics("bottleneck"))
+    after_plain, after_fast = moving_statistics(plain), moving_statistics(scan.to_layered(fast))
+    assert np.abs(after_plain - before).max() > 1e-2  # the step did move them
+    np.testing.assert_allclose(after_fast, after_plain, rtol=1e-5, atol=1e-6)
+
+
+def test_fit_step_trains_both_forms_alike():
+    plain = plain_with_statistics("bottleneck")
+    fast = scan.to_scanned(plain)
+    x, y = images(plain, n=8, seed=4), np.arange(8) % 10
+    losses = []
+    for model in (plain, fast):
+        model.compile(optimizer=SGDWithL2(0.01), loss="sparse_categorical_crossentropy")
+        losses.append(model.train_on_batch(x, y))
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    trained = scan.to_layered(fast)
+    changed = 0
+    for before, a, b in zip(plain_with_statistics("bottleneck").get_weights(),
+                            plain.get_weights(), trained.get_weights()):
+        np.testing.assert_allclose(b, a, atol=1e-4)
+        changed += not np.allclose(a, before)
+    assert changed == len(plain.get_weights())  # every weight (and statistic) moved
+
+
+def test_recompute_gives_the_same_gradients():
+    import tensorflow as tf
+
+    plain = plain_with_statistics("bottleneck")
+    x, y = images(plain, n=4, seed=5), np.arange(4) % 10
+    grads = []
+    for recompute in (False, True):
+        model = scan.to_scanned(plain, recompute=recompute)
+
+        @tf.function
+        def gradient(x):
+            with tf.GradientTape() as tape:
+                loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
+            return tape.gradient(loss, model.trainable_weights)
+
+        grads.append([g.numpy() for g in gradient(x)])
+    assert len(grads[0]) == len(grads[1])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_keras_file_round_trip_in_safe_mode(tmp_path):
+    fast = scan.to_scanned(plain_with_statistics("bottleneck"), recompute=True)
+    path = str(tmp_path / "fast.keras")
+    fast.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    layer = loaded.get_layer("stage2_scan")
+    assert isinstance(layer, scan.ScannedUnits)
+    assert (layer.units, layer.convs, layer.recompute) == (1, [(32, 1), (32, 3), (128, 1)], True)
+    x = images(fast)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x, training=False)),
+                                  keras.ops.convert_to_numpy(fast(x, training=False)))
+
+
+def test_errors_name_what_was_received():
+    with pytest.raises(ValueError, match="unit='original'"):
+        keras_preact.build("resnet-164", stages="scan", depth=20)
+    with pytest.raises(ValueError, match="Unknown stages 'fast'"):
+        keras_preact.build("preact-164", stages="fast", depth=20)
+    with pytest.raises(ValueError, match="not a full pre-activation"):
+        scan.to_scanned(keras_preact.build("preact-164", depth=20, shortcut="conv1x1"))
+    with pytest.raises(ValueError, match="not a network built by keras_preact"):
+        scan.to_scanned(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
