@@ -34,6 +34,8 @@ setup(
         "tensorflow-serving-api>=2.20",
         # Training curves in the paper's style (`keras-preact plot`, notebooks).
         "matplotlib>=3.7",
+        # TensorBoard logs of `keras-preact train`; TF 2.21 no longer installs it.
+        "tensorboard>=2.20",
     ],
     extras_require={
         # nbclient/nbformat/ipykernel execute the notebooks inside the test suite.

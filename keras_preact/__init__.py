@@ -15,7 +15,10 @@ __version__ = "0.1.0"
 import keras
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
-from keras_preact.builder import build_from_spec
+# A trainer's model.keras holds its optimizer and schedule: register them for load_model.
+from keras_preact.training import optimizer as _optimizer  # noqa: F401
+from keras_preact.training import schedule as _schedule  # noqa: F401
+from keras_preact.builder import allow_deep_graph, build_from_spec
 from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
 
 
@@ -47,4 +50,45 @@ def build(name: str, *, stages: str = "layers", **overrides) -> keras.Model:
     return build_from_spec(resolve(name, **overrides), name=name, stages=stages)
 
 
-__all__ = ["ResNetSpec", "build", "build_from_spec", "get_spec", "list_models", "resolve"]
+def load_model(path: str, compile: bool = True) -> keras.Model:
+    """Loads a `.keras` file, or the `model.keras` of a `keras-preact train` run dir.
+
+    `keras.saving.load_model` with `safe_mode` on, plus room for Keras' recursive graph
+    walk, which the 1000-layer nets need (Python's default recursion limit is too low).
+
+    Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    >>> build("preact-20", depth=8).save(path)
+    >>> load_model(path).name
+    'preact-20'
+    """
+    import json
+    import os
+    import zipfile
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.keras")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise FileNotFoundError(
+            f"No .keras file at {path!r}: expected a .keras file or the run dir of a "
+            "finished `keras-preact train`."
+        ) from None
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path!r} is not a .keras model file ({e}).") from None
+    allow_deep_graph(len(config.get("config", {}).get("layers", ())))
+    return keras.saving.load_model(path, compile=compile)
+
+
+__all__ = [
+    "ResNetSpec",
+    "build",
+    "build_from_spec",
+    "get_spec",
+    "list_models",
+    "load_model",
+    "resolve",
+]

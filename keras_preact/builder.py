@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import keras
 
 from keras_preact import blocks, scan
@@ -43,6 +45,18 @@ def head(x, spec: ResNetSpec):
     return x
 
 
+def allow_deep_graph(layers: int) -> None:
+    """Raises Python's recursion limit enough for a functional graph of `layers` layers.
+
+    Keras builds, clones and loads functional models with a recursive graph walk
+    (`keras/src/ops/function.py`, one frame per layer on the longest path); the default
+    limit of 1000 stops at resnet-1202. Only ever raised, never lowered.
+    """
+    needed = 1000 + 2 * layers
+    if sys.getrecursionlimit() < needed:
+        sys.setrecursionlimit(needed)
+
+
 def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
                     stages: str = "layers") -> keras.Model:
     """Builds the functional model described by `spec`.
@@ -79,4 +93,6 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
                 # The ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
                 skip_pre=spec.family == "imagenet" and s == 1 and u == 1,
             )
+    # Up to ~5 layers per conv (conv, BN, ReLU, Add and the unit's output ops).
+    allow_deep_graph(5 * spec.depth)
     return keras.Model(inputs, head(x, spec), name=name)

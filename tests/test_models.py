@@ -1,5 +1,7 @@
 """The model zoo: every registered name builds, runs, saves and loads; faithful structure."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -67,7 +69,10 @@ def test_forward_pass(name):
         ("preact-200-imagenet", 64.67),
     ],
 )
-def test_trainable_parameter_counts_match_the_paper(name, millions):
+def test_trainable_parameter_counts_match_the_paper(name, millions, monkeypatch):
+    # Python's default limit, whatever an imported tool (jedi: 3000) set: Keras walks the
+    # graph recursively, and build() must make room for 1000+ layer nets itself.
+    monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1000)
     model = keras_preact.build(name)
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     decimals = len(str(millions).split(".")[1])  # as precise as the paper states it
@@ -262,3 +267,16 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     with pytest.raises(ValueError) as info:
         keras_preact.build(**kwargs)
     assert message in str(info.value)
+
+
+def test_load_model_round_trip_and_errors(tmp_path):
+    model = keras_preact.build("resnet-164", depth=11)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras_preact.load_model(str(path), compile=False)
+    assert [w.name for w in loaded.weights] == [w.name for w in model.weights]
+    with pytest.raises(FileNotFoundError, match="No .keras file at"):
+        keras_preact.load_model(str(tmp_path / "missing.keras"))
+    (tmp_path / "bad.keras").write_text("not a zip")
+    with pytest.raises(ValueError, match="is not a .keras model file"):
+        keras_preact.load_model(str(tmp_path / "bad.keras"))

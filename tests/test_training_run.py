@@ -31,7 +31,8 @@ def _metrics(run_dir):
 
 def test_run_dir_layout_and_loss_falls(finished_run):
     run_dir, model = finished_run
-    assert sorted(os.listdir(run_dir)) == ["config.json", "metrics.csv", "model.keras"]
+    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras"]
+    assert sorted(os.listdir(os.path.join(run_dir, "logs"))) == ["train", "validation"]
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         assert f.readline().strip() == "epoch,step,lr,loss,accuracy,val_loss,val_accuracy"
     rows = _metrics(run_dir)

@@ -7,7 +7,6 @@ RUN_DIR layout: `config.json` (written at start), `metrics.csv` (one row per epo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -192,13 +191,7 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         os.path.join(output, "backup"), every=config["backup_every"], steps_per_epoch=spe,
         total_steps=steps, chief=chief, verbose=bool(verbose),
     )
-    callbacks = [guard, backup]
-    if importlib.util.find_spec("tensorboard"):
-        callbacks.append(keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")))
-    elif verbose:
-        # TF >= 2.21 no longer installs TensorBoard; tf.summary would fail without it.
-        print("keras-preact: TensorBoard is not installed, so logs/ is not written "
-              "(pip install tensorboard).", flush=True)
+    callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))]
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
     net.fit(train_ds, epochs=math.ceil(steps / spe), steps_per_epoch=spe,
@@ -253,19 +246,11 @@ def load_trained(model_or_path):
     """A `keras.Model` from itself, a `.keras` file, or a RUN_DIR holding `model.keras`."""
     import keras
 
+    import keras_preact
+
     if isinstance(model_or_path, keras.Model):
         return model_or_path
-    return keras.saving.load_model(_model_path(model_or_path))
-
-
-def _model_path(model_or_path) -> str:
-    path = os.fspath(model_or_path)
-    if os.path.isdir(path):
-        path = os.path.join(path, "model.keras")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No trained model at {path!r}: expected a .keras file or a "
-                                "RUN_DIR of a finished `keras-preact train`.")
-    return path
+    return keras_preact.load_model(os.fspath(model_or_path))
 
 
 def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
@@ -285,10 +270,8 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
 
     info = data.dataset_info(dataset)
     _check_positive(batch_size=batch_size)
-    if not isinstance(model_or_path, keras.Model):
-        _model_path(model_or_path)  # fail on a wrong path before touching the data
+    model = load_trained(model_or_path)  # a wrong path fails before the data is touched
     data.check_split(dataset, split, data_dir)
-    model = load_trained(model_or_path)
     family = preprocessing.family_of(model)
     if family != info.family or model.output_shape[-1] != info.classes:
         raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
