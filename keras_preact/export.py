@@ -89,6 +89,8 @@ def export_saved_model(
     >>> os.path.basename(path)
     '1'
     """
+    import tensorflow as tf
+
     from keras_preact.labels import class_names
     from keras_preact.serving.signatures import build_signatures, model_side
     from keras_preact.serving.warmup import write_warmup
@@ -104,11 +106,16 @@ def export_saved_model(
     side = model_side(model)
 
     def write(tmp_dir: str) -> None:
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        for signature, fn in build_signatures(model, labels).items():
-            archive.add_endpoint(signature, fn)
-        archive.write_out(tmp_dir, verbose=False)
+        # Plain tf.saved_model.save of concrete functions: the signature keys, input names and
+        # dtypes are exactly the TensorSpecs'. (keras.export.ExportArchive gives the same
+        # signatures but re-traces them while saving: twice the time for preact-1001.)
+        signatures = {
+            key: fn.get_concrete_function()
+            for key, fn in build_signatures(model, labels).items()
+        }
+        root = tf.Module()
+        root.model_variables = list(model.variables)  # what the signatures capture
+        tf.saved_model.save(root, tmp_dir, signatures=signatures)
         write_warmup(tmp_dir, name, side)
 
     return publish_version(os.path.join(os.fspath(base_dir), name), version, write)

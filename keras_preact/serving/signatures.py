@@ -96,6 +96,12 @@ def _encoded_shape(data):
         )
 
 
+def _traced(*specs: tf.TensorSpec):
+    """tf.function with a fixed signature; no AutoGraph (no Python control flow on tensors
+    here, and converting a 1001-layer model's call is slow)."""
+    return tf.function(input_signature=list(specs), autograph=False)
+
+
 def build_signatures(model: keras.Model, labels) -> dict:
     """`{signature name: tf.function}` for `model`, with `labels` as the class names.
 
@@ -112,7 +118,7 @@ def build_signatures(model: keras.Model, labels) -> dict:
     names = tf.constant(list(labels), tf.string)
     k = min(TOP_K, len(labels))
 
-    @tf.function(input_signature=[tf.TensorSpec([None, side, side, 3], tf.float32)])
+    @_traced(tf.TensorSpec([None, side, side, 3], tf.float32))
     def predict(resized):
         probs = probabilities(preprocess_input(resized, family))
         scores, classes = tf.math.top_k(probs, k)
@@ -124,28 +130,30 @@ def build_signatures(model: keras.Model, labels) -> dict:
         }
 
     def decode_one(data):
-        with tf.control_dependencies(_check_sides(*tf.unstack(_encoded_shape(data)), "image_bytes")):
+        height, width = tf.unstack(_encoded_shape(data))
+        with tf.control_dependencies(_check_sides(height, width, "image_bytes")):
             image = tf.io.decode_image(data, channels=3, dtype=tf.uint8, expand_animations=False)
         return tf.ensure_shape(resize_for_eval(image, family, side), [side, side, 3])
 
     def predict_encoded(image_bytes):
+        # One image at a time: each may have its own size until resized.
         resized = tf.map_fn(
             decode_one, image_bytes, fn_output_signature=tf.TensorSpec([side, side, 3], tf.float32)
         )
         return predict(resized)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+    @_traced(tf.TensorSpec([None, None, None, 3], tf.uint8, name="images"))
     def serving_default(images):
         shape = tf.shape(images)
         with tf.control_dependencies(_check_sides(shape[1], shape[2], "images")):
             resized = resize_for_eval(images, family, side)
         return predict(tf.ensure_shape(resized, [None, side, side, 3]))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+    @_traced(tf.TensorSpec([None], tf.string, name="image_bytes"))
     def serving_bytes(image_bytes):
         return predict_encoded(image_bytes)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @_traced(tf.TensorSpec([None], tf.string, name="inputs"))
     def classify(inputs):
         features = tf.io.parse_example(
             inputs, {EXAMPLE_FEATURE: tf.io.FixedLenFeature([], tf.string)}
@@ -153,4 +161,8 @@ def build_signatures(model: keras.Model, labels) -> dict:
         outputs = predict_encoded(features[EXAMPLE_FEATURE])
         return {"classes": outputs["labels"], "scores": outputs["scores"]}
 
-    return {"serving_default": serving_default, "serving_bytes": serving_bytes, "classify": classify}
+    return {
+        "serving_default": serving_default,
+        "serving_bytes": serving_bytes,
+        "classify": classify,
+    }
