@@ -140,9 +140,15 @@ def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *,
         if spec.shortcut == "exclusive-gating":
             residual = keras.layers.Multiply(name=f"{prefix}_residual_gated")([g, residual])
     elif spec.shortcut == "dropout":
+        # The paper's dropout shortcut "imposes a scale of lambda with an expectation of 0.5"
+        # (Sec. 3.1): a plain mask. Keras' dropout is inverted (kept values x 1/(1-rate)), so
+        # scale back; at inference the shortcut is then scaled by its expectation, 1 - rate.
         shortcut = keras.layers.Dropout(spec.dropout_rate, name=f"{prefix}_shortcut_dropout")(
             shortcut
         )
+        shortcut = keras.layers.Rescaling(
+            1.0 - spec.dropout_rate, name=f"{prefix}_shortcut_keep_scale"
+        )(shortcut)
 
     x = keras.layers.Add(name=f"{prefix}_add")([shortcut, residual])
     return apply_ops(x, design["post"], lambda kind: f"{prefix}_out_{kind}")

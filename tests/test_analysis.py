@@ -52,8 +52,16 @@ def test_full_preact_propagates_signal_directly(full_preact):
     assert stats["gradient"][0, 0] > stats["gradient"][-1, -1]
 
 
-def test_constant_scaling_shortcut_decays_exponentially(full_preact):
-    stats = stats_for(shortcut="constant-scaling", shortcut_scale=0.5)
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"shortcut": "constant-scaling", "shortcut_scale": 0.5},
+        # Sec. 3.1: dropout "imposes a scale of lambda with an expectation of 0.5".
+        {"shortcut": "dropout", "dropout_rate": 0.5},
+    ],
+)
+def test_scaled_shortcuts_decay_exponentially(overrides):
+    stats = stats_for(**overrides)
     # The direct term is lambda^k = 0.5^k for the unit k units before the stage's last one.
     for k in (1, 2, 3):
         direct = stats["direct"][:, -1 - k]
@@ -62,16 +70,6 @@ def test_constant_scaling_shortcut_decays_exponentially(full_preact):
     # What is true besides: the gradient's *norm* does not vanish (BN re-normalizes the
     # residual branch), it just has to pass through the weight layers instead.
     assert stats["gradient"][0, 0] > stats["gradient"][-1, -1]
-
-
-def test_dropout_shortcut_blows_up_the_forward_signal(full_preact):
-    stats = stats_for(shortcut="dropout", dropout_rate=0.5)
-    # Keras' inverted dropout keeps the shortcut's mean (direct ~ 1) but doubles its second
-    # moment per unit: the signal explodes exponentially, unlike identity's (test above).
-    ratio = (stats["signal"][:, -1] / stats["signal"][:, 0]) ** 2
-    assert np.all(ratio > 2 ** (UNITS_PER_STAGE - 1)), ratio
-    assert np.all(ratio > 2 * (full_preact["signal"][:, -1] / full_preact["signal"][:, 0]) ** 2)
-    assert stats["direct"].min() > 0.6
 
 
 def test_analysis_restores_bn_statistics_and_validates():

@@ -201,6 +201,8 @@ def test_shortcut_variants_of_table_1():
     assert conv.get_layer("stage1_unit002_shortcut_conv").kernel.shape == (1, 1, 16, 16)
     drop = small("resnet-110-dropout", dropout_rate=0.3)
     assert drop.get_layer("stage1_unit002_shortcut_dropout").rate == 0.3
+    # A mask with expectation 1 - rate (Sec. 3.1), not Keras' inverted dropout.
+    assert drop.get_layer("stage1_unit002_shortcut_keep_scale").scale == pytest.approx(0.7)
     single = keras_preact.get_spec("preact-110-single")
     assert single.units == (36, 36, 36) and single.depth == 110
 
