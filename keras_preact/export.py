@@ -3,11 +3,11 @@
 The SavedModel needs neither Keras nor keras_preact to run: preprocessing, resizing, top-k and
 class names are TensorFlow ops in its signatures (see `keras_preact.serving.signatures`):
 
-| signature         | input                                       | outputs                                       |
-|-------------------|---------------------------------------------|-----------------------------------------------|
-| `serving_default` | `images` uint8 `[batch, h, w, 3]`           | `probabilities`, `classes`, `scores`, `labels` |
-| `serving_bytes`   | `image_bytes` string `[batch]` (JPEG/PNG)   | same                                          |
-| `classify`        | `inputs` string `[batch]` (tf.Example with `image/encoded`) | `classes` (label strings), `scores` |
+- `serving_default`: `images` uint8 `[batch, h, w, 3]` -> `probabilities`, `classes`, `scores`,
+  `labels` (top k = min(5, classes));
+- `serving_bytes`: `image_bytes` string `[batch]` of JPEG/PNG files -> the same outputs;
+- `classify`: `inputs` string `[batch]` of tf.Examples with `image/encoded` -> `classes` (label
+  strings) and `scores`, TF Serving's Classify API contract.
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def png_header_only(width: int, height: int) -> bytes:
     """A PNG signature + IHDR claiming `width` x `height` (no pixel data)."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     chunk = b"IHDR" + ihdr
-    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    crc = struct.pack(">I", zlib.crc32(chunk))
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + crc
 
 
 def example(encoded: bytes) -> bytes:
@@ -121,7 +122,8 @@ def example(encoded: bytes) -> bytes:
 
 def reference(model, images: np.ndarray, family: str, side: int) -> np.ndarray:
     """What the model says in Keras: eval geometry, training normalization, inference BN."""
-    return model(preprocess_input(resize_for_eval(images, family, side), family), training=False).numpy()
+    resized = resize_for_eval(images, family, side)
+    return model(preprocess_input(resized, family), training=False).numpy()
 
 
 RNG = np.random.default_rng(0)
@@ -142,31 +144,42 @@ def exported(tmp_path_factory):
     c_dir = export_saved_model(cifar, tmp / "models", name="cifar")
     i_dir = export_saved_model(imagenet, tmp / "models", name="imagenet")
     jpeg = tf.io.encode_jpeg(MIXED[1]).numpy()
+    def images(x):
+        return {"images": array_input(x)}
+
+    def image_bytes(items):
+        return {"image_bytes": strings_input(items)}
+
+    def examples(items):
+        return {"inputs": strings_input([example(e) for e in items])}
+
+    big = np.zeros((1, MAX_SIDE + 1, 2, 3), np.uint8)
+    empty_example = tf.train.Example().SerializeToString()
     cases = {
-        "c32": (c_dir, "serving_default", {"images": array_input(CIFAR_32)}),
-        "c_odd": (c_dir, "serving_default", {"images": array_input(CIFAR_ODD)}),
-        "i_odd": (i_dir, "serving_default", {"images": array_input(IMAGENET_ODD)}),
-        "i_png": (i_dir, "serving_bytes", {"image_bytes": strings_input([png(IMAGENET_ODD[0])])}),
-        "c_png_mixed": (c_dir, "serving_bytes", {"image_bytes": strings_input([png(m) for m in MIXED])}),
-        "c_jpeg": (c_dir, "serving_bytes", {"image_bytes": strings_input([jpeg])}),
-        "c_example": (c_dir, "classify", {"inputs": strings_input([example(png(m)) for m in MIXED])}),
-        "i_example": (i_dir, "classify", {"inputs": strings_input([example(png(IMAGENET_ODD[0]))])}),
+        "c32": (c_dir, "serving_default", images(CIFAR_32)),
+        "c_odd": (c_dir, "serving_default", images(CIFAR_ODD)),
+        "i_odd": (i_dir, "serving_default", images(IMAGENET_ODD)),
+        "i_png": (i_dir, "serving_bytes", image_bytes([png(IMAGENET_ODD[0])])),
+        "c_png_mixed": (c_dir, "serving_bytes", image_bytes([png(m) for m in MIXED])),
+        "c_jpeg": (c_dir, "serving_bytes", image_bytes([jpeg])),
+        "c_example": (c_dir, "classify", examples([png(m) for m in MIXED])),
+        "i_example": (i_dir, "classify", examples([png(IMAGENET_ODD[0])])),
         # Bad inputs, each followed by the loaded model answering "c32" again.
-        "bad_float": (c_dir, "serving_default", {"images": array_input(CIFAR_32.astype("float32"))}),
-        "bad_rank": (c_dir, "serving_default", {"images": array_input(CIFAR_32[0])}),
-        "too_big": (c_dir, "serving_default", {"images": array_input(np.zeros((1, MAX_SIDE + 1, 2, 3), np.uint8))}),
-        "empty_image": (c_dir, "serving_default", {"images": array_input(np.zeros((1, 0, 5, 3), np.uint8))}),
-        "bytes_empty": (c_dir, "serving_bytes", {"image_bytes": strings_input([b""])}),
-        "bytes_corrupt_png": (c_dir, "serving_bytes", {"image_bytes": strings_input([png(MIXED[0])[:60]])}),
-        "bytes_corrupt_jpeg": (c_dir, "serving_bytes", {"image_bytes": strings_input([jpeg[:40] + b"\0" * 40])}),
-        "bytes_gif": (c_dir, "serving_bytes", {"image_bytes": strings_input([b"GIF89a" + b"\0" * 30])}),
-        "bytes_huge_png": (c_dir, "serving_bytes", {"image_bytes": strings_input([png_header_only(50_000, 50_000)])}),
-        "example_missing": (c_dir, "classify", {"inputs": strings_input([tf.train.Example().SerializeToString()])}),
-        "example_garbage": (c_dir, "classify", {"inputs": strings_input([b"not a serialized Example"])}),
-        "c32_again": (c_dir, "serving_default", {"images": array_input(CIFAR_32)}),
+        "bad_float": (c_dir, "serving_default", images(CIFAR_32.astype("float32"))),
+        "bad_rank": (c_dir, "serving_default", images(CIFAR_32[0])),
+        "too_big": (c_dir, "serving_default", images(big)),
+        "empty_image": (c_dir, "serving_default", images(np.zeros((1, 0, 5, 3), np.uint8))),
+        "bytes_empty": (c_dir, "serving_bytes", image_bytes([b""])),
+        "bytes_corrupt_png": (c_dir, "serving_bytes", image_bytes([png(MIXED[0])[:60]])),
+        "bytes_corrupt_jpeg": (c_dir, "serving_bytes", image_bytes([jpeg[:40] + b"\0" * 40])),
+        "bytes_gif": (c_dir, "serving_bytes", image_bytes([b"GIF89a" + b"\0" * 30])),
+        "bytes_huge_png": (c_dir, "serving_bytes", image_bytes([png_header_only(50_000, 50_000)])),
+        "example_missing": (c_dir, "classify", {"inputs": strings_input([empty_example])}),
+        "example_garbage": (c_dir, "classify", {"inputs": strings_input([b"not an Example"])}),
+        "c32_again": (c_dir, "serving_default", images(CIFAR_32)),
     }
     plan = [{"id": k, "dir": d, "signature": s, "inputs": i} for k, (d, s, i) in cases.items()]
-    plan += [{"id": f"warmup_{n}", "dir": d, "warmup": True} for n, d in (("c", c_dir), ("i", i_dir))]
+    plan += [{"id": f"warmup_{n}", "dir": d, "warmup": True} for n, d in {"c": c_dir, "i": i_dir}.items()]
     return {
         "models": {"c": cifar, "i": imagenet},
         "dirs": {"c": c_dir, "i": i_dir},

@@ -89,7 +89,8 @@ def publish_version(
     Raises:
         FileExistsError: `version` is given and already exists (it is never overwritten).
     """
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
+    if version is not None and not valid:
         raise ValueError(f"`version` must be a positive integer. Received: {version!r}")
     os.makedirs(model_dir, exist_ok=True)
     clean_stale_temp_dirs(model_dir)
@@ -105,7 +106,8 @@ def publish_version(
         return target
 
     target = target_for(version)  # fail before the (slow) export if the version is taken
-    tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{socket.gethostname()}.{os.getpid()}.", dir=model_dir)
+    prefix = f"{_TMP_PREFIX}{socket.gethostname()}.{os.getpid()}."
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=model_dir)
     try:
         write(tmp)
         # mkdtemp makes 0700; a server running as another user must be able to read it.

@@ -1,0 +1,92 @@
+"""The deployment kit's clients build requests the exported signatures accept.
+
+No server here: each request is decoded the way TF Serving decodes it (REST row format with
+{"b64": ...}; gRPC TensorProtos; Classify's tf.Examples) and run on the loaded SavedModel.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_preact
+from keras_preact.export import export_saved_model
+
+KIT = pathlib.Path(__file__).resolve().parents[1] / "export"
+
+
+def load_kit_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, KIT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = export_saved_model(
+        keras_preact.build("preact-20", depth=8), tmp_path_factory.mktemp("kit"), name="m"
+    )
+    images = np.random.default_rng(1).integers(0, 256, (2, 40, 36, 3), dtype=np.uint8)
+    encoded = [tf.io.encode_png(image).numpy() for image in images]
+    signatures = tf.saved_model.load(path).signatures
+    reference = signatures["serving_default"](images=tf.constant(images))
+    return signatures, images, encoded, reference
+
+
+def rest_instances(value):
+    """TF Serving's JSON decoding of one input: {"b64": s} -> bytes, lists -> a tensor."""
+    if isinstance(value, dict):
+        return base64.b64decode(value["b64"])
+    return [rest_instances(v) for v in value] if isinstance(value, list) else value
+
+
+def rest_example(features: dict) -> bytes:
+    feature = {
+        key: tf.train.Feature(bytes_list=tf.train.BytesList(value=[rest_instances(v)]))
+        for key, v in features.items()
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def test_rest_payloads(served):
+    signatures, images, encoded, reference = served
+    rest = load_kit_module("rest_client")
+    payload = rest.uint8_payload(images)
+    out = signatures[payload["signature_name"]](
+        images=tf.constant(rest_instances(payload["instances"]), tf.uint8)
+    )
+    np.testing.assert_array_equal(out["probabilities"], reference["probabilities"])
+
+    payload = rest.bytes_payload(encoded)
+    out = signatures[payload["signature_name"]](
+        image_bytes=tf.constant(rest_instances(payload["instances"]))
+    )
+    np.testing.assert_allclose(out["probabilities"], reference["probabilities"], atol=1e-6)
+
+    payload = rest.classify_payload(encoded)
+    out = signatures[payload["signature_name"]](
+        inputs=tf.constant([rest_example(e) for e in payload["examples"]])
+    )
+    np.testing.assert_array_equal(out["classes"], reference["labels"])
+
+
+def test_grpc_requests(served):
+    signatures, _, encoded, reference = served
+    grpc_client = load_kit_module("grpc_client")
+    request = grpc_client.predict_request("m", encoded)
+    assert request.model_spec.signature_name == "serving_bytes"
+    inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+    out = signatures["serving_bytes"](**inputs)
+    np.testing.assert_allclose(out["probabilities"], reference["probabilities"], atol=1e-6)
+
+    request = grpc_client.classify_request("m", encoded)
+    examples = [e.SerializeToString() for e in request.input.example_list.examples]
+    out = signatures[request.model_spec.signature_name](inputs=tf.constant(examples))
+    np.testing.assert_array_equal(out["classes"], reference["labels"])
+    np.testing.assert_allclose(out["scores"], reference["scores"], atol=1e-6)
