@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import keras
 
+from keras_preact import load_model
 from keras_preact.serving.layout import publish_version, sanitize_name
 
 RUN_FILES = ("model.keras", "config.json")
@@ -52,9 +53,9 @@ def load_for_export(model_or_path) -> tuple[keras.Model, str]:
             raise ValueError(
                 f"{config_path} must be a JSON object with a \"model\" entry. Received error: {e!r}"
             ) from None
-        return keras.saving.load_model(os.path.join(path, "model.keras"), compile=False), name
+        return load_model(path, compile=False), name
     if os.path.isfile(path) and path.endswith(".keras"):
-        model = keras.saving.load_model(path, compile=False)
+        model = load_model(path, compile=False)
         return model, model.name
     if not os.path.exists(path):
         raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
