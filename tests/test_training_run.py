@@ -99,7 +99,8 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
     [
         (["preact-99"], "Unknown model name 'preact-99'"),
         (["preact-20", "--dataset", "mnist"], "Unknown dataset 'mnist'"),
-        (["preact-20", "--data-dir", "/nonexistent/tfds"], "not prepared in data_dir"),
+        (["preact-20", "--data-dir", "/nonexistent/tfds"], "data dir '/nonexistent/tfds' does not"),
+        (["preact-20", "--data-dir", "/", "--no-download"], "'cifar10' is not prepared in data_dir"),
         (["preact-20", "--steps", "0"], "`steps` must be a positive integer. Received: steps=0"),
         (["preact-20", "--steps", "100"], r"`warmup_steps` must be an integer in \[0, steps=100\)"),
         (["preact-20", "--batch-size", "0"], "`batch_size` must be a positive integer"),

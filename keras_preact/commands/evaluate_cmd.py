@@ -12,6 +12,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
     p.add_argument("--split", default="test", help='TFDS split, e.g. "test", "train[45000:]"')
     p.add_argument("--data-dir", default=None, help="TFDS data_dir")
+    p.add_argument("--no-download", dest="download", action="store_false",
+                   help="fail instead of letting TFDS download a dataset that is not prepared")
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--json", action="store_true",
                    help='last stdout line: {"accuracy", "error" (%%), "loss", "examples"}')
@@ -22,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact import training
 
     result = training.evaluate(args.model, dataset=args.dataset, split=args.split,
-                               data_dir=args.data_dir, batch_size=args.batch_size)
+                               data_dir=args.data_dir, download=args.download,
+                               batch_size=args.batch_size)
     print(f"{args.dataset} {args.split}: error {result['error']:.2f} % "
           f"(accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}, "
           f"{result['examples']} examples)")

@@ -19,6 +19,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--output", required=True, metavar="RUN_DIR", help="run directory")
     p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
     p.add_argument("--data-dir", default=None, help="TFDS data_dir")
+    p.add_argument("--no-download", dest="download", action="store_false",
+                   help="fail instead of letting TFDS download a dataset that is not prepared")
     p.add_argument("--batch-size", type=int, default=128, help="global batch (default 128)")
     p.add_argument("--steps", type=int, default=64000, help="total iterations (default 64000)")
     p.add_argument("--steps-per-epoch", type=int, default=None,
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model = training.train(
             args.model, output=args.output, dataset=args.dataset, data_dir=args.data_dir,
+            download=args.download,
             steps=args.steps, batch_size=args.batch_size, lr=args.lr,
             warmup_steps=args.warmup_steps, nesterov=args.nesterov,
             weight_decay=args.weight_decay, val_examples=args.val_examples,

@@ -37,25 +37,35 @@ def dataset_info(name: str) -> DatasetInfo:
     return DATASETS[name]
 
 
-def check_split(name: str, split: str, data_dir: str | None) -> int:
-    """Fails early, with a clear message, unless `split` of `name` is prepared in `data_dir`.
+def check_split(name: str, split: str, data_dir: str | None, download: bool = False) -> int:
+    """Fails early, with a clear message, unless `split` of `name` is available.
 
+    With `download`, a dataset that is not prepared yet is downloaded and prepared by TFDS as
+    usual (CIFAR; ImageNet needs TFDS's manual download). A `data_dir` that does not exist is
+    an error either way: a typo must not start a download somewhere else.
     Returns the number of examples in `split` (TFDS slicing syntax, e.g. "train[:45000]").
     """
+    import os
+
     import tensorflow_datasets as tfds
 
     dataset_info(name)
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
-        hint = (
-            " ImageNet needs a manual download: `tfds build imagenet2012 --manual_dir DIR "
-            "--data_dir D` (see the TFDS imagenet2012 page)."
-            if name == "imagenet2012"
-            else f" Prepare it with `tfds build {name} --data_dir D`."
-        )
-        raise FileNotFoundError(
-            f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!s}.{hint}"
-        )
+        if download and name != "imagenet2012":
+            builder.download_and_prepare()
+        else:
+            hint = (
+                " ImageNet needs a manual download: `tfds build imagenet2012 --manual_dir DIR "
+                "--data_dir D` (see the TFDS imagenet2012 page)."
+                if name == "imagenet2012"
+                else f" Prepare it with `tfds build {name} --data_dir D`, or allow the download."
+            )
+            raise FileNotFoundError(
+                f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!s}.{hint}"
+            )
     base = split.split("[")[0]
     if base not in builder.info.splits:
         raise ValueError(

@@ -44,6 +44,7 @@ def train(
     output: str,
     dataset: str = "cifar10",
     data_dir: str | None = None,
+    download: bool = True,
     steps: int = 64000,
     batch_size: int = 128,
     lr: float = 0.1,
@@ -68,6 +69,7 @@ def train(
     parameters, lr `lr` divided by 10 at 50 % and 75 % of `steps` (ImageNet: epochs 30 and 60
     of 90), `warmup_steps` at `warmup_lr` first (default 400 on CIFAR, 0 on ImageNet).
     `batch_size` is global, split across replicas; scale `lr` linearly with it (0.1 per 128).
+    With `download`, TFDS downloads and prepares CIFAR into `data_dir` if it is not there yet.
     Rerunning the same call after an interruption resumes from `output/backup`.
 
     Example (a few steps of a tiny net; the paper's run is `train("preact-110", output=...)`):
@@ -120,7 +122,7 @@ def train(
         raise ValueError(f"`batch_size` (global) must be divisible by the "
                          f"{strat.num_replicas_in_sync} replicas. Received: {batch_size}")
     train_split, val_split = data.train_val_splits(val_examples)
-    train_examples = data.check_split(dataset, train_split, data_dir)
+    train_examples = data.check_split(dataset, train_split, data_dir, download)
     if val_split:
         data.check_split(dataset, val_split, data_dir)
     steps_per_epoch = steps_per_epoch or max(1, train_examples // batch_size)
@@ -254,7 +256,7 @@ def load_trained(model_or_path):
 
 
 def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
-             data_dir: str | None = None, batch_size: int = 500) -> dict:
+             data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split.
 
     Uses the shared eval geometry (`preprocessing.resize_for_eval`) and normalization.
@@ -271,7 +273,7 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
     info = data.dataset_info(dataset)
     _check_positive(batch_size=batch_size)
     model = load_trained(model_or_path)  # a wrong path fails before the data is touched
-    data.check_split(dataset, split, data_dir)
+    data.check_split(dataset, split, data_dir, download)
     family = preprocessing.family_of(model)
     if family != info.family or model.output_shape[-1] != info.classes:
         raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
