@@ -80,7 +80,7 @@ def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
     config = json.load(open(run_dir / "config.json"))
     assert config["replicas"] == 2 and config["strategy"] == "auto"
     # Only the chief wrote the run directory; the backup is gone once finished.
-    assert sorted(os.listdir(run_dir)) == ["config.json", "metrics.csv", "model.keras"]
+    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras"]
 
 
 def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
