@@ -1,5 +1,7 @@
 """The model zoo: every registered name builds, runs, saves and loads; faithful structure."""
 
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -282,3 +284,24 @@ def test_load_model_round_trip_and_errors(tmp_path):
     (tmp_path / "bad.keras").write_text("not a zip")
     with pytest.raises(ValueError, match="is not a .keras model file"):
         keras_preact.load_model(str(tmp_path / "bad.keras"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_builders_run_on_other_keras_backends(backend):
+    """The builders use only `keras.*`: same net on another backend (CI installs neither)."""
+    pytest.importorskip(backend)
+    code = (
+        "import keras, keras_preact, numpy as np\n"
+        "assert keras.backend.backend() == %r\n"
+        "m = keras_preact.build('resnet-110-exclusive-gating', units=(2, 1, 1))\n"
+        "print(keras.ops.convert_to_numpy(m(np.ones((2, 32, 32, 3), 'float32'))).shape)\n"
+    ) % backend
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "KERAS_BACKEND": backend},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "(2, 10)"
