@@ -36,6 +36,8 @@ def head(x, spec: ResNetSpec):
             spec.classes,
             activation=spec.classifier_activation,
             kernel_initializer=blocks.DENSE_INIT,
+            # Under a mixed precision policy the softmax and the loss stay in float32.
+            dtype="float32",
             name="predictions",
         )(x)
     if spec.pooling == "avg":

@@ -305,3 +305,17 @@ def test_builders_run_on_other_keras_backends(backend):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "(2, 10)"
+
+
+def test_mixed_precision_keeps_the_classifier_in_float32():
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = keras_preact.build("preact-20", depth=8)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    assert model.get_layer("stage1_unit001_conv1").compute_dtype == "bfloat16"
+    assert model.get_layer("stage1_unit001_bn1").gamma.dtype == "float32"
+    y = model(np.ones((2, 32, 32, 3), "float32"))
+    assert y.dtype == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(y).sum(axis=1), 1.0, rtol=1e-6)
