@@ -72,7 +72,7 @@ def _stacked_init(initializer, units: int):
     return init
 
 
-def _scan(fn, carry, xs: list, length: int, num_ys: int, parallel_iterations: int = 1):
+def _scan(fn, carry, xs: list, length: int, num_ys: int):
     """`jax.lax.scan` on one tf.while_loop: `carry, y_i = fn(carry, [x[i] for x in xs])`
     with `y_i` a list of `num_ys` float32 tensors.
 
@@ -87,9 +87,11 @@ def _scan(fn, carry, xs: list, length: int, num_ys: int, parallel_iterations: in
         c, y = fn(c, [ta.read(i) for ta in xs_ta])
         return (i + 1, c, *[ta.write(i, v) for ta, v in zip(ys, y)])
 
+    # One iteration at a time: unit i + 1 needs unit i's output anyway, and running ahead
+    # would only hold more activations.
     _, carry, *ys_ta = tf.while_loop(
         lambda i, *_: i < length, body, (tf.constant(0), carry, *ys_ta),
-        parallel_iterations=parallel_iterations, maximum_iterations=length,
+        parallel_iterations=1, maximum_iterations=length,
     )
     return carry, [ta.stack() for ta in ys_ta]
 
