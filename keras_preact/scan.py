@@ -31,8 +31,10 @@ import re
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
+
+# TensorFlow is imported where it is used: keras_preact (hence this module) also imports on
+# the jax and torch backends, where only stages='layers' builds.
 
 from keras_preact import blocks
 from keras_preact.specs import CONVS_PER_UNIT, ResNetSpec
@@ -80,6 +82,8 @@ def _scan(fn, carry, xs: list, length: int, num_ys: int):
     written once per iteration instead of being summed densely over all iterations.
     Returns the final carry and the `y_i` stacked on a new leading axis.
     """
+    import tensorflow as tf
+
     xs_ta = [tf.TensorArray(x.dtype, size=length).unstack(x) for x in xs]
     ys_ta = [tf.TensorArray(tf.float32, size=length) for _ in range(num_ys)]
 
@@ -119,6 +123,10 @@ class ScannedUnits(keras.layers.Layer):
                  epsilon: float = BN_EPSILON, fused: bool = True, recompute: bool = False,
                  **kwargs):
         super().__init__(autocast=False, **kwargs)  # casts are explicit in `call`
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError("Scanned stages run a tf.while_loop: they need the TensorFlow "
+                             f"backend. Received: backend {keras.backend.backend()!r} (use "
+                             "stages='layers').")
         if not (isinstance(units, int) and units >= 1):
             raise ValueError(f"`units` must be a positive integer. Received: units={units!r}")
         self.units = units
@@ -152,6 +160,8 @@ class ScannedUnits(keras.layers.Layer):
     def _batch_norm(self, x, gamma, beta, mean, variance, training):
         """BN of the plain layer (statistics and arithmetic in float32); returns the output
         in the compute dtype and the batch mean and (biased) variance used."""
+        import tensorflow as tf
+
         if self.fused:
             if training:
                 y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
@@ -194,6 +204,8 @@ class ScannedUnits(keras.layers.Layer):
             return (y, *stats) if training else y
 
         if self.recompute and training:
+            import tensorflow as tf
+
             unit = tf.recompute_grad(unit)
 
         def step(x, p):
