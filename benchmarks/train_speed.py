@@ -141,6 +141,8 @@ def run_keras(args) -> dict:
 
 
 def run_torch(args) -> dict:
+    # keras_preact (for the spec) then loads Keras on torch: no TensorFlow in this process.
+    os.environ["KERAS_BACKEND"] = "torch"
     import torch
     from torch_preact import train_steps
 
@@ -165,14 +167,16 @@ def torch_subprocess(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Torch first, from a still small process: a child's ru_maxrss starts at its parent's
+    # resident size at fork (Linux keeps it across exec).
+    reference = torch_subprocess(args) if args.compare == "torch" else None
     result = run_torch(args) if args.framework == "torch" else run_keras(args)
     result["model"], result["batch_size"] = args.model, args.batch_size
     if args.framework == "keras":
         result["options"] = {k: getattr(args, k) for k in (
             "stages", "no_fused", "recompute", "mixed_precision", "steps_per_execution",
             "grappler", "jit_compile", "strategy")}
-    if args.compare == "torch":
-        reference = torch_subprocess(args)
+    if reference:
         if reference["trainable_params"] != result["trainable_params"]:
             raise AssertionError(f"Not the same architecture: keras has "
                                  f"{result['trainable_params']} trainable parameters, torch "
