@@ -36,7 +36,10 @@ def select_strategy(name: str = "auto"):
     """Creates the `tf.distribute` strategy for `--strategy NAME`.
 
     `auto`: MultiWorkerMirroredStrategy when TF_CONFIG lists several workers, else
-    MirroredStrategy with more than one GPU, else the default (single-device) strategy.
+    MirroredStrategy with more than one GPU, else OneDeviceStrategy. (Not the default
+    strategy: compiled in a real strategy's scope, Keras builds the optimizer and metric
+    variables before `fit` and traces the train step once instead of twice, a third off
+    the first step; benchmarks/README.md.)
     `mirrored` without GPUs mirrors over the logical CPU devices, if there are several.
     Call it before any other TensorFlow work: MWMS must configure collectives at start-up.
 
@@ -52,9 +55,11 @@ def select_strategy(name: str = "auto"):
     # can no longer configure its collectives.
     gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
-        name = "multi-worker" if cluster_workers() > 1 else "mirrored" if len(gpus) > 1 else ""
-        if not name:
-            return tf.distribute.get_strategy()
+        name = (
+            "multi-worker" if cluster_workers() > 1
+            else "mirrored" if len(gpus) > 1
+            else "one-device"
+        )
     if name == "one-device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     if name == "mirrored":
