@@ -91,29 +91,23 @@ def run_keras(args) -> dict:
 
     import keras_preact
     from keras_preact import scan
-    from keras_preact.training import SGDWithL2, distribute, paper_schedule
-    from keras_preact.training.trainer import MIXED_PRECISION
+    from keras_preact.training import distribute, paper_schedule
+    from keras_preact.training.trainer import build_and_compile
 
     tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
     overrides = {"depth": args.depth} if args.depth else {}
     spec = keras_preact.resolve(args.model, **overrides)
-    if MIXED_PRECISION[args.mixed_precision]:
-        keras.config.set_dtype_policy(MIXED_PRECISION[args.mixed_precision])
     strategy = distribute.select_strategy(args.strategy)
     with strategy.scope():
         start = time.perf_counter()
-        model = keras_preact.build(args.model, stages=args.stages, **overrides)
-        build_s = time.perf_counter() - start
-        scan.set_options(model, fused=not args.no_fused, recompute=args.recompute)
-        # keras_preact.training.trainer._fit's compile, with its defaults.
-        model.compile(
-            optimizer=SGDWithL2(paper_schedule(), momentum=0.9, l2=1e-4),  # a run's first steps
-            loss=keras.losses.SparseCategoricalCrossentropy(
-                from_logits=spec.classifier_activation is None),
-            metrics=["accuracy"],
-            jit_compile=args.jit_compile,
-            steps_per_execution=args.steps_per_execution,
+        # Exactly what `keras-preact train` fits (compiling traces nothing in Keras 3).
+        model = build_and_compile(
+            args.model, paper_schedule(), overrides=overrides, stages=args.stages,
+            recompute=args.recompute, mixed_precision=args.mixed_precision,
+            jit_compile=args.jit_compile, steps_per_execution=args.steps_per_execution,
         )
+        build_s = time.perf_counter() - start
+        scan.set_options(model, fused=not args.no_fused)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch_size, *spec.input_shape)).astype("float32")
     y = rng.integers(0, spec.classes, size=(args.batch_size,)).astype("int64")

@@ -11,6 +11,9 @@ import keras
 
 from keras_preact.specs import EXPANSION, ResNetSpec
 
+# Torch's BN: running averages with momentum 0.1 (Keras' 0.9), eps 1e-5.
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
 CONV_INIT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
 # Torch nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the references zero the bias.
 DENSE_INIT = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
@@ -58,8 +61,9 @@ def apply_ops(x, ops: tuple[str, ...], name):
     """Applies "bn" / "relu" in order; `name(kind)` gives each layer its name."""
     for op in ops:
         if op == "bn":
-            # Torch's BN: running averages with momentum 0.1 (Keras 0.9), eps 1e-5.
-            layer = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name("bn"))
+            layer = keras.layers.BatchNormalization(
+                momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name("bn")
+            )
         else:
             layer = keras.layers.ReLU(name=name("relu"))
         x = layer(x)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import keras
 
-from keras_preact import load_model
+from keras_preact import load_model, scan
 from keras_preact.serving.layout import publish_version, sanitize_name
 
 RUN_FILES = ("model.keras", "config.json")
@@ -97,6 +97,9 @@ def export_saved_model(
     from keras_preact.serving.warmup import write_warmup
 
     model, default_name = load_for_export(model_or_path)
+    if scan.is_scanned(model):
+        # Serve the plain layer graph: same outputs, and the graph users inspect.
+        model = scan.to_layered(model)
     name = sanitize_name(name or default_name)
     classes = model.output_shape[-1]
     labels = list(class_names(classes) if labels is None else labels)

@@ -37,12 +37,10 @@ from keras import ops
 # the jax and torch backends, where only stages='layers' builds.
 
 from keras_preact import blocks
+from keras_preact.blocks import BN_EPSILON, BN_MOMENTUM
 from keras_preact.specs import CONVS_PER_UNIT, ResNetSpec
 
 STAGES = ("layers", "scan")
-# The plain graph's BatchNormalization settings (blocks.apply_ops: Torch's momentum 0.1, eps 1e-5).
-BN_MOMENTUM = 0.9
-BN_EPSILON = 1e-5
 SCAN_NAME = re.compile(r"^stage(\d+)_scan$")
 UNIT_ADD = re.compile(r"^stage(\d+)_unit(\d{3})_add$")
 
@@ -250,6 +248,11 @@ def set_options(model: keras.Model, *, fused: bool | None = None,
 
 def _scanned_layers(model: keras.Model) -> list[ScannedUnits]:
     return [layer for layer in model.layers if isinstance(layer, ScannedUnits)]
+
+
+def is_scanned(model: keras.Model) -> bool:
+    """Whether `model` runs any stage as a `ScannedUnits` loop (`build(..., stages="scan")`)."""
+    return bool(_scanned_layers(model))
 
 
 def _spec_of(model: keras.Model) -> ResNetSpec:

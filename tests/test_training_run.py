@@ -107,6 +107,8 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
         (["preact-20", "--override", "depth=7"], "depth 6n\\+2"),
         (["preact-20", "--override", "depth"], "--override expects FIELD=VALUE"),
         (["preact-200-imagenet"], "imagenet network; dataset 'cifar10' needs a cifar one"),
+        (["resnet-110", "--stages", "scan"], "stages='scan' needs full pre-activation units"),
+        (["preact-20", "--recompute"], "`recompute` needs 'scan'"),
     ],
 )
 def test_bad_input_fails_before_any_work(argv, message, tmp_path, capsys):
@@ -135,3 +137,30 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_backup(
         f.visititems(lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset)
                      else None)
     assert len(arrays) > 20 and all(np.isfinite(a).all() for a in arrays)
+
+
+def test_scanned_training_with_recompute_exports_the_plain_graph(tmp_path, cifar10_data_dir):
+    """`--stages scan --recompute` trains through the same path; export serves the plain
+    layer graph with the trained weights."""
+    import tensorflow as tf
+
+    from keras_preact import export, preprocessing, scan
+
+    run_dir = str(tmp_path / "scan")
+    model = training.train(
+        "preact-164", output=run_dir, data_dir=cifar10_data_dir, steps=6, batch_size=16,
+        steps_per_epoch=3, warmup_steps=0, val_examples=32, stages="scan", recompute=True,
+        overrides={"depth": 20}, verbose=0,
+    )
+    assert scan.is_scanned(model) and model.get_layer("stage2_scan").recompute
+    assert int(model.optimizer.iterations.numpy()) == 6
+    assert json.load(open(os.path.join(run_dir, "config.json")))["stages"] == "scan"
+    version = export.export_saved_model(run_dir, str(tmp_path / "serving"))
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    served = tf.saved_model.load(version).signatures["serving_default"](images=images)
+    expected = model(preprocessing.preprocess_input(images), training=False)
+    np.testing.assert_allclose(served["probabilities"].numpy(), np.asarray(expected), atol=1e-5)
+    with pytest.raises(ValueError, match="`recompute` needs 'scan'. Received: stages='layers'"):
+        training.train("preact-20", output=str(tmp_path / "x"), data_dir=cifar10_data_dir,
+                       recompute=True)
+    assert not (tmp_path / "x").exists()

@@ -25,7 +25,7 @@ CIFAR_WARMUP_STEPS = 400
 # a run may move from one GPU to several machines).
 RESUME_KEYS = ("model", "overrides", "dataset", "steps", "batch_size", "lr", "warmup_steps",
                "nesterov", "momentum", "weight_decay", "val_examples", "steps_per_epoch",
-               "mixed_precision")
+               "mixed_precision", "stages")
 
 
 class TrainingDiverged(RuntimeError):
@@ -58,6 +58,8 @@ def train(
     strategy: str = "auto",
     mixed_precision: str = "off",
     jit_compile: bool = False,
+    stages: str = "layers",
+    recompute: bool = False,
     backup_every: int = 1000,
     overrides: dict | None = None,
     seed: int | None = None,
@@ -109,6 +111,13 @@ def train(
     if mixed_precision not in MIXED_PRECISION:
         raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
                          f"Valid: {list(MIXED_PRECISION)}.")
+    if stages not in ("layers", "scan") or (recompute and stages != "scan"):
+        raise ValueError("`stages` must be 'layers' or 'scan', and `recompute` needs 'scan'. "
+                         f"Received: stages={stages!r}, recompute={recompute!r}")
+    if stages == "scan":
+        from keras_preact import scan
+
+        scan.check_scannable(spec)
     if strategy not in distribute.STRATEGIES:
         raise ValueError(f"Unknown strategy {strategy!r}. Valid: {list(distribute.STRATEGIES)}.")
     if os.path.exists(os.path.join(output, "model.keras")):
@@ -135,7 +144,8 @@ def train(
         "weight_decay": weight_decay, "val_examples": val_examples,
         "steps_per_epoch": steps_per_epoch, "strategy": strategy,
         "replicas": strat.num_replicas_in_sync, "mixed_precision": mixed_precision,
-        "jit_compile": jit_compile, "backup_every": backup_every, "seed": seed,
+        "jit_compile": jit_compile, "stages": stages, "recompute": recompute,
+        "backup_every": backup_every, "seed": seed,
         "versions": _versions(),
     }
     _check_resumable(output, config)
@@ -150,6 +160,64 @@ def train(
     finally:
         if not chief:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def build_and_compile(
+    model: str,
+    schedule,
+    *,
+    overrides: dict | None = None,
+    stages: str = "layers",
+    recompute: bool = False,
+    momentum: float = 0.9,
+    nesterov: bool = False,
+    weight_decay: float = 1e-4,
+    mixed_precision: str = "off",
+    jit_compile: bool = False,
+    steps_per_execution: int = 1,
+):
+    """The network `train` fits, compiled as `train` compiles it (call in a strategy scope).
+
+    `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
+    stage's identical units as one loop (`keras_preact.scan`: much faster start-up and
+    steps for deep full pre-activation nets), `recompute` trades compute for activation
+    memory there. benchmarks/train_speed.py measures exactly this function.
+
+    Example:
+    >>> net = build_and_compile("preact-20", paper_schedule(100, warmup_steps=0),
+    ...                         overrides={"depth": 8})
+    >>> type(net.optimizer).__name__
+    'SGDWithL2'
+    """
+    import keras
+
+    import keras_preact
+    from keras_preact import scan
+
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
+                         f"Valid: {list(MIXED_PRECISION)}.")
+    if recompute and stages != "scan":
+        raise ValueError("`recompute` needs stages='scan'. Received: "
+                         f"stages={stages!r}, recompute=True")
+    previous_policy = keras.config.dtype_policy()
+    if MIXED_PRECISION[mixed_precision]:
+        keras.config.set_dtype_policy(MIXED_PRECISION[mixed_precision])
+    try:
+        net = keras_preact.build(model, stages=stages, **(overrides or {}))
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+    scan.set_options(net, recompute=recompute)
+    net.compile(
+        optimizer=SGDWithL2(schedule, momentum=momentum, nesterov=nesterov, l2=weight_decay),
+        loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=keras_preact.resolve(model, **(overrides or {})).classifier_activation
+            is None),
+        metrics=["accuracy"],
+        jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
+    )
+    return net
 
 
 def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
@@ -171,22 +239,13 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         steps, config["lr"], config["warmup_steps"], config["warmup_lr"],
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
     )
-    previous_policy = keras.config.dtype_policy()
-    if MIXED_PRECISION[config["mixed_precision"]]:
-        keras.config.set_dtype_policy(MIXED_PRECISION[config["mixed_precision"]])
-    try:
-        with strat.scope():
-            net = keras_preact.build(model_name, **overrides)
-            net.compile(
-                optimizer=SGDWithL2(schedule, momentum=config["momentum"],
-                                    nesterov=config["nesterov"], l2=config["weight_decay"]),
-                loss=keras.losses.SparseCategoricalCrossentropy(
-                    from_logits=spec.classifier_activation is None),
-                metrics=["accuracy"],
-                jit_compile=config["jit_compile"],
-            )
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+    with strat.scope():
+        net = build_and_compile(
+            model_name, schedule, overrides=overrides, stages=config["stages"],
+            recompute=config["recompute"], momentum=config["momentum"],
+            nesterov=config["nesterov"], weight_decay=config["weight_decay"],
+            mixed_precision=config["mixed_precision"], jit_compile=config["jit_compile"],
+        )
 
     guard = run_callbacks.TrainingGuard(steps)
     backup = run_callbacks.RunBackup(
