@@ -15,7 +15,7 @@ import pytest
 
 import keras_preact
 from keras_preact import cli
-from keras_preact.export import export_saved_model
+from keras_preact.export import export_saved_model, serving_form
 from keras_preact.serving import layout
 
 
@@ -80,7 +80,7 @@ KILLED_EXPORT = textwrap.dedent(
         time.sleep(600)
 
     warmup.write_warmup = hang
-    from keras_preact.export import export_saved_model
+    from keras_preact.export import export_saved_model, serving_form
     export_saved_model(keras_preact.build("preact-20", depth=8), sys.argv[1], name="m")
     """
 )
@@ -177,3 +177,23 @@ def test_cli_export_and_errors(run_dir, tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "missing"), "--base", str(base)]) == 2
     assert "missing" in capsys.readouterr().err
     assert listing(base / "preact-20") == ["3"]
+
+
+def test_full_preactivation_nets_are_served_with_scanned_stages(tmp_path):
+    """serving_form: the loop form's SavedModel answers like the plain layer graph."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_preact import preprocessing, scan
+
+    plain = keras_preact.build("preact-20")  # 3 units per stage: 2 of them in each loop
+    served_model = serving_form(plain)
+    assert scan.is_scanned(served_model) and served_model.count_params() == plain.count_params()
+    assert serving_form(served_model) is served_model
+    original = keras_preact.build("resnet-20")
+    assert serving_form(original) is original  # post-activation: exported as it is
+    version = export_saved_model(plain, str(tmp_path))
+    images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    outputs = tf.saved_model.load(version).signatures["serving_default"](images=images)
+    expected = plain(preprocessing.preprocess_input(images), training=False)
+    np.testing.assert_allclose(outputs["probabilities"].numpy(), np.asarray(expected), atol=1e-5)
