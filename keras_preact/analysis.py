@@ -29,6 +29,8 @@ import re
 import keras
 import numpy as np
 
+from keras_preact.builder import outputs_logits
+
 UNIT_ADD = re.compile(r"^(stage(\d+)_unit(\d{3}))_add$")
 
 
@@ -106,8 +108,7 @@ def signal_propagation(
         labels = rng.integers(0, model.outputs[0].shape[-1], len(images))
     units = residual_units(model)
     watched = {output: None for _, output in units}
-    head = model.layers[-1]
-    from_logits = getattr(head, "activation", None) is not keras.activations.softmax
+    from_logits = outputs_logits(model)
 
     saved = [v.numpy() for v in model.non_trainable_variables]
     with tf.GradientTape() as tape:

@@ -47,6 +47,13 @@ def head(x, spec: ResNetSpec):
     return x
 
 
+def outputs_logits(model: keras.Model) -> bool:
+    """Whether `model`'s classifier outputs logits (`classifier_activation` other than
+    softmax, e.g. None) rather than probabilities: what losses and serving need to know."""
+    activation = getattr(model.layers[-1], "activation", None)
+    return getattr(activation, "__name__", "") != "softmax"
+
+
 def allow_deep_graph(layers: int) -> None:
     """Raises Python's recursion limit enough for a functional graph of `layers` layers.
 

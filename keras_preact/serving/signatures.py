@@ -18,6 +18,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_preact.builder import outputs_logits
 from keras_preact.preprocessing import EVAL_SIZE, family_of, preprocess_input, resize_for_eval
 
 # Largest accepted image height/width, in pixels: bounds the memory a request can take
@@ -46,8 +47,7 @@ def _probabilities(model: keras.Model):
             "Export needs a classifier with a (batch, classes) output. "
             f"Received output shape {model.output_shape}."
         )
-    head = model.layers[-1]
-    is_logits = getattr(getattr(head, "activation", None), "__name__", "") == "linear"
+    is_logits = outputs_logits(model)
 
     def call(x):
         y = model(x, training=False)

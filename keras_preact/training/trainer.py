@@ -14,6 +14,7 @@ import platform
 import shutil
 import tempfile
 
+from keras_preact.builder import outputs_logits
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute
 from keras_preact.training.optimizer import SGDWithL2
@@ -211,8 +212,7 @@ def build_and_compile(
     net.compile(
         optimizer=SGDWithL2(schedule, momentum=momentum, nesterov=nesterov, l2=weight_decay),
         loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=keras_preact.resolve(model, **(overrides or {})).classifier_activation
-            is None),
+            from_logits=outputs_logits(net)),
         metrics=["accuracy"],
         jit_compile=jit_compile,
         steps_per_execution=steps_per_execution,
@@ -340,8 +340,7 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
                          f"{model.output_shape[-1]} outputs.")
     size = model.input_shape[1] if family == "imagenet" else None
     ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size)
-    layer = model.layers[-1]
-    from_logits = getattr(getattr(layer, "activation", None), "__name__", "") != "softmax"
+    from_logits = outputs_logits(model)
 
     @tf.function
     def batch_totals(images, labels):
