@@ -110,14 +110,16 @@ def test_fit_step_trains_both_forms_alike():
     assert changed == len(plain.get_weights())  # every weight (and statistic) moved
 
 
-def test_recompute_gives_the_same_gradients():
+@pytest.mark.parametrize("kind", ["basic", "bottleneck"])
+def test_scanned_gradients_equal_the_plain_graph(kind):
+    # The scan's backward pass recomputes BN + ReLU (and whole units with recompute=True)
+    # and runs the conv gradient ops itself: every gradient must still be autodiff's.
     import tensorflow as tf
 
-    plain = plain_with_statistics("bottleneck")
+    plain = plain_with_statistics(kind)
     x, y = images(plain, n=4, seed=5), np.arange(4) % 10
     grads = []
-    for recompute in (False, True):
-        model = scan.to_scanned(plain, recompute=recompute)
+    for model in (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True)):
 
         @tf.function
         def gradient(x):
@@ -125,10 +127,24 @@ def test_recompute_gives_the_same_gradients():
                 loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
             return tape.gradient(loss, model.trainable_weights)
 
-        grads.append([g.numpy() for g in gradient(x)])
-    assert len(grads[0]) == len(grads[1])
-    for a, b in zip(*grads):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+        grads.append({w.path: g.numpy() for w, g in zip(model.trainable_weights, gradient(x))})
+    # The plain gradients in the scanned layout: load them as weights, convert, read back.
+    for w in plain.trainable_weights:
+        w.assign(grads[0][w.path])
+    reference = {w.path: w.numpy() for w in scan.to_scanned(plain).trainable_weights}
+    # Relative errors, not elementwise ones: at batch 4 these small nets amplify float32
+    # round-off (oneDNN's reduction order differs run to run) to ~1e-3 in single BN
+    # offsets for the plain graph itself; a wrong gradient term is off by O(1).
+    def relative_error(a, b):
+        return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+    for scanned in grads[1:]:
+        assert sorted(scanned) == sorted(reference)
+        errors = {name: relative_error(g, reference[name]) for name, g in scanned.items()}
+        assert max(errors.values()) < 5e-2, max(errors.items(), key=lambda item: item[1])
+        everything = [np.concatenate([d[name].ravel() for name in sorted(reference)])
+                      for d in (scanned, reference)]
+        assert relative_error(*everything) < 1e-2
 
 
 def test_keras_file_round_trip_in_safe_mode(tmp_path):
