@@ -219,25 +219,27 @@ class ScannedUnits(keras.layers.Layer):
         return forward(x, gamma, beta, kernel)
 
     def _unit(self, x, params, training):
-        """One unit `x + F(x)`; `params` = per conv k: gamma, beta, mean, variance, kernel.
-        Returns the output and the batch (mean, variance) of each BN."""
+        """One unit `x + F(x)`. `params` per conv: gamma, beta, kernel in training (the
+        batch statistics are used), gamma, beta, moving mean, moving variance, kernel in
+        inference. Returns the output and, in training, each BN's batch mean and variance."""
         y, stats = x, []
+        per_conv = len(params) // len(self.convs)
         for k in range(len(self.convs)):
-            gamma, beta, mean, variance, kernel = params[5 * k: 5 * k + 5]
+            p = params[per_conv * k: per_conv * (k + 1)]
             if training:
-                y, mean, variance = self._bn_relu_conv(y, gamma, beta, kernel)
+                y, mean, variance = self._bn_relu_conv(y, *p)
+                stats += [mean, variance]
             else:
-                y, mean, variance = self._batch_norm(y, gamma, beta, mean, variance, False)
-                y = ops.conv(ops.relu(y), kernel, strides=1, padding="same")
-            stats += [mean, variance]
+                y, _, _ = self._batch_norm(y, *p[:4], training=False)
+                y = ops.conv(ops.relu(y), p[4], strides=1, padding="same")
         return ops.add(x, y), stats
 
     def call(self, inputs, training=False):
         training = bool(training) and self.trainable
         params = []
-        for bn, kernel in zip(self.bn_weights, self.kernels):
-            params += [ops.cast(w, "float32") for w in bn]
-            params.append(ops.cast(kernel, self.compute_dtype))
+        for (gamma, beta, mean, variance), kernel in zip(self.bn_weights, self.kernels):
+            bn = [gamma, beta] if training else [gamma, beta, mean, variance]
+            params += [ops.cast(w, "float32") for w in bn] + [ops.cast(kernel, self.compute_dtype)]
         x = ops.cast(inputs, self.compute_dtype)
 
         def unit(x, *p):
