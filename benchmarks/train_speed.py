@@ -9,12 +9,14 @@ the process' high-water mark (`ru_maxrss`), so run one configuration per process
 
     python benchmarks/train_speed.py --model preact-164 --batch-size 64 --steps 20
     python benchmarks/train_speed.py --model preact-1001 --batch-size 32 --steps 8 \
-        --stages scan --compare torch --json
+        --compare torch --json
 
 `--compare torch` then runs the same architecture (same trainable parameter count,
-asserted) in PyTorch eager in a subprocess and prints the ratios. Levers: `--stages scan`
-(`--no-fused`, `--recompute`), `--mixed-precision bfloat16`, `--steps-per-execution N`,
-`--grappler PRESET`, `--jit-compile`, `--strategy one-device`.
+asserted) in PyTorch eager in a subprocess and prints the ratios. By default the net is
+built as `keras-preact train` builds it (`--stages auto`: scanned stages for full
+pre-activation nets). Levers: `--stages layers|scan` (`--no-fused`, `--recompute`),
+`--mixed-precision bfloat16`, `--steps-per-execution N`, `--grappler PRESET`,
+`--jit-compile`, `--strategy one-device`.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compare", choices=["torch"], help="also run PyTorch eager; print ratios")
     p.add_argument("--framework", choices=["keras", "torch"], default="keras",
                    help=argparse.SUPPRESS)  # used by --compare for its subprocess
-    p.add_argument("--stages", choices=["layers", "scan"], default="layers")
+    p.add_argument("--stages", choices=["auto", "layers", "scan"], default="auto",
+                   help="as `keras-preact train --stages` (auto: scan for full pre-activation "
+                        "nets, else layers)")
     p.add_argument("--no-fused", action="store_true", help="scan: Keras BN ops, not fused")
     p.add_argument("--recompute", action="store_true", help="scan: recompute units in backprop")
     p.add_argument("--mixed-precision", choices=["off", "bfloat16"], default="off")
@@ -92,11 +96,12 @@ def run_keras(args) -> dict:
     import keras_preact
     from keras_preact import scan
     from keras_preact.training import distribute, paper_schedule
-    from keras_preact.training.trainer import build_and_compile
+    from keras_preact.training.trainer import build_and_compile, resolve_stages
 
     tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
     overrides = {"depth": args.depth} if args.depth else {}
     spec = keras_preact.resolve(args.model, **overrides)
+    args.stages = resolve_stages(args.stages, spec)
     strategy = distribute.select_strategy(args.strategy)
     with strategy.scope():
         start = time.perf_counter()

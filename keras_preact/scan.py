@@ -47,10 +47,15 @@ SCAN_NAME = re.compile(r"^stage(\d+)_scan$")
 UNIT_ADD = re.compile(r"^stage(\d+)_unit(\d{3})_add$")
 
 
+def scannable(spec: ResNetSpec) -> bool:
+    """Whether the units of `spec` are full pre-activation units with identity shortcuts
+    (the only design whose unit is `x + F(x)` with nothing after), which `stages="scan"` runs."""
+    return spec.unit == "full-preact" and spec.shortcut == "identity"
+
+
 def check_scannable(spec: ResNetSpec) -> None:
-    """Raises ValueError unless the units of `spec` are identical full pre-activation units
-    with identity shortcuts (the only design whose unit is `x + F(x)` with nothing after)."""
-    if spec.unit != "full-preact" or spec.shortcut != "identity":
+    """Raises ValueError unless `scannable(spec)`."""
+    if not scannable(spec):
         raise ValueError(
             "stages='scan' needs full pre-activation units with identity shortcuts. Received: "
             f"unit={spec.unit!r}, shortcut={spec.shortcut!r} (use stages='layers')."

@@ -108,7 +108,7 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
         (["preact-20", "--override", "depth"], "--override expects FIELD=VALUE"),
         (["preact-200-imagenet"], "imagenet network; dataset 'cifar10' needs a cifar one"),
         (["resnet-110", "--stages", "scan"], "stages='scan' needs full pre-activation units"),
-        (["preact-20", "--recompute"], "`recompute` needs 'scan'"),
+        (["resnet-110", "--recompute"], "`recompute` needs stages='scan'.*model='resnet-110'"),
     ],
 )
 def test_bad_input_fails_before_any_work(argv, message, tmp_path, capsys):
@@ -140,8 +140,8 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_backup(
 
 
 def test_scanned_training_with_recompute_exports_the_plain_graph(tmp_path, cifar10_data_dir):
-    """`--stages scan --recompute` trains through the same path; export serves the plain
-    layer graph with the trained weights."""
+    """Full pre-activation nets train with scanned stages by default (here with
+    `recompute`); export serves the plain layer graph with the trained weights."""
     import tensorflow as tf
 
     from keras_preact import export, preprocessing, scan
@@ -149,7 +149,7 @@ def test_scanned_training_with_recompute_exports_the_plain_graph(tmp_path, cifar
     run_dir = str(tmp_path / "scan")
     model = training.train(
         "preact-164", output=run_dir, data_dir=cifar10_data_dir, steps=6, batch_size=16,
-        steps_per_epoch=3, warmup_steps=0, val_examples=32, stages="scan", recompute=True,
+        steps_per_epoch=3, warmup_steps=0, val_examples=32, recompute=True,
         overrides={"depth": 20}, verbose=0,
     )
     assert scan.is_scanned(model) and model.get_layer("stage2_scan").recompute
@@ -160,7 +160,21 @@ def test_scanned_training_with_recompute_exports_the_plain_graph(tmp_path, cifar
     served = tf.saved_model.load(version).signatures["serving_default"](images=images)
     expected = model(preprocessing.preprocess_input(images), training=False)
     np.testing.assert_allclose(served["probabilities"].numpy(), np.asarray(expected), atol=1e-5)
-    with pytest.raises(ValueError, match="`recompute` needs 'scan'. Received: stages='layers'"):
+    with pytest.raises(ValueError, match="`recompute` needs stages='scan' .* stages='layers'"):
         training.train("preact-20", output=str(tmp_path / "x"), data_dir=cifar10_data_dir,
-                       recompute=True)
+                       stages="layers", recompute=True)
     assert not (tmp_path / "x").exists()
+
+
+def test_auto_stages_scan_full_preact_nets_and_keep_a_resumed_runs_form(tmp_path):
+    from keras_preact import resolve
+    from keras_preact.training.trainer import resolve_stages
+
+    out = str(tmp_path)
+    assert resolve_stages("auto", resolve("preact-1001"), out) == "scan"
+    assert resolve_stages("auto", resolve("resnet-1001"), out) == "layers"
+    assert resolve_stages("auto", resolve("resnet-164-relu-only-preact"), out) == "layers"
+    (tmp_path / "config.json").write_text(json.dumps({"stages": "layers"}))
+    assert resolve_stages("auto", resolve("preact-1001"), out) == "layers"  # resumes as run
+    with pytest.raises(ValueError, match=r"Unknown stages 'loop'. Valid: \['auto', 'layers'"):
+        resolve_stages("loop", resolve("preact-20"), out)

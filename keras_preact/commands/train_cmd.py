@@ -36,13 +36,13 @@ def add_parser(subparsers) -> None:
                    choices=("auto", "one-device", "mirrored", "multi-worker", "tpu"))
     p.add_argument("--mixed-precision", default="off", choices=("off", "bfloat16", "float16"))
     p.add_argument("--jit-compile", action="store_true", help="compile steps with XLA")
-    p.add_argument("--stages", default="layers", choices=("layers", "scan"),
+    p.add_argument("--stages", default="auto", choices=("auto", "layers", "scan"),
                    help="scan: run each stage's identical units as one loop (full pre-activation "
-                   "nets; preact-1001's first step 25x sooner, steps 1.4x faster; "
-                   "benchmarks/README.md)")
+                   "nets; preact-1001's first step 25x sooner, 40%% of the memory; "
+                   "benchmarks/README.md). auto (default): scan where it applies, else layers")
     p.add_argument("--recompute", action="store_true",
-                   help="with --stages scan: recompute activations in the backward pass "
-                   "(about half the memory)")
+                   help="scanned stages: recompute whole units in the backward pass "
+                   "(about 3/4 of the default's memory, 1.2x the time)")
     p.add_argument("--backup-every", type=int, default=1000,
                    help="back up every N iterations, and at each epoch end (default 1000)")
     p.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
