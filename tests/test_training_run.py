@@ -139,9 +139,9 @@ def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_backup(
     assert len(arrays) > 20 and all(np.isfinite(a).all() for a in arrays)
 
 
-def test_scanned_training_with_recompute_exports_the_plain_graph(tmp_path, cifar10_data_dir):
+def test_full_preact_nets_train_scanned_by_default_and_export(tmp_path, cifar10_data_dir):
     """Full pre-activation nets train with scanned stages by default (here with
-    `recompute`); export serves the plain layer graph with the trained weights."""
+    `recompute`); the exported SavedModel serves the trained weights."""
     import tensorflow as tf
 
     from keras_preact import export, preprocessing, scan

@@ -113,13 +113,8 @@ def train(
         raise ValueError(f"Need lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= momentum < 1. "
                          f"Received: lr={lr}, warmup_lr={warmup_lr}, "
                          f"weight_decay={weight_decay}, momentum={momentum}")
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
-                         f"Valid: {list(MIXED_PRECISION)}.")
     stages = resolve_stages(stages, spec, output)
-    if recompute and stages != "scan":
-        raise ValueError(f"`recompute` needs stages='scan' (full pre-activation nets). "
-                         f"Received: model={model!r}, stages={stages!r}, recompute=True")
+    _check_compile_options(model, stages, recompute, mixed_precision)
     if strategy not in distribute.STRATEGIES:
         raise ValueError(f"Unknown strategy {strategy!r}. Valid: {list(distribute.STRATEGIES)}.")
     if os.path.exists(os.path.join(output, "model.keras")):
@@ -196,12 +191,7 @@ def build_and_compile(
     import keras_preact
     from keras_preact import scan
 
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
-                         f"Valid: {list(MIXED_PRECISION)}.")
-    if recompute and stages != "scan":
-        raise ValueError("`recompute` needs stages='scan'. Received: "
-                         f"stages={stages!r}, recompute=True")
+    _check_compile_options(model, stages, recompute, mixed_precision)
     previous_policy = keras.config.dtype_policy()
     if MIXED_PRECISION[mixed_precision]:
         keras.config.set_dtype_policy(MIXED_PRECISION[mixed_precision])
@@ -273,6 +263,16 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
     if chief:
         shutil.rmtree(os.path.join(output, "backup"), ignore_errors=True)
     return net
+
+
+def _check_compile_options(model: str, stages: str, recompute: bool,
+                           mixed_precision: str) -> None:
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
+                         f"Valid: {list(MIXED_PRECISION)}.")
+    if recompute and stages != "scan":
+        raise ValueError(f"`recompute` needs stages='scan' (full pre-activation nets). "
+                         f"Received: model={model!r}, stages={stages!r}, recompute=True")
 
 
 def _saved_config(output: str) -> dict:
