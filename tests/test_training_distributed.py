@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-TRAIN = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override", "depth=8",
+TRAIN = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override", "depth=14",
          "--warmup-steps", "0"]
 
 
@@ -40,7 +40,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 from keras_preact import training
 m = training.train("preact-20", output=sys.argv[1], data_dir=sys.argv[2], steps=8,
                    steps_per_epoch=4, batch_size=16, warmup_steps=0, val_examples=64,
-                   strategy="mirrored", overrides={"depth": 8}, verbose=0)
+                   strategy="mirrored", overrides={"depth": 14}, verbose=0)
 print(json.dumps({"step": int(m.optimizer.iterations.numpy()),
                   "replicas": m.distribute_strategy.num_replicas_in_sync}))
 """
@@ -52,7 +52,8 @@ def test_mirrored_strategy_over_two_logical_cpus(tmp_path, cifar10_data_dir):
                           capture_output=True, text=True, timeout=400, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"step": 8, "replicas": 2}
-    assert json.load(open(run_dir / "config.json"))["replicas"] == 2
+    config = json.load(open(run_dir / "config.json"))
+    assert config["replicas"] == 2 and config["stages"] == "scan"
     with open(run_dir / "metrics.csv") as f:
         assert [int(r["step"]) for r in csv.DictReader(f)] == [4, 8]
 
@@ -78,7 +79,8 @@ def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
     assert chief[0] == worker[0] == 12
     assert chief[1] == worker[1]  # identical weights on both workers
     config = json.load(open(run_dir / "config.json"))
-    assert config["replicas"] == 2 and config["strategy"] == "auto"
+    # Scanned stages (the default for full pre-activation nets; depth 14 = 2 units a stage).
+    assert config["replicas"] == 2 and config["strategy"] == "auto" and config["stages"] == "scan"
     # Only the chief wrote the run directory; the backup is gone once finished.
     assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras"]
 
@@ -110,3 +112,4 @@ def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_
     with open(run_dir / "metrics.csv") as f:
         steps = [int(r["step"]) for r in csv.DictReader(f)]
     assert steps[-1] == 40 and steps == sorted(steps)
+    assert json.load(open(run_dir / "config.json"))["stages"] == "scan"
