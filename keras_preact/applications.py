@@ -18,6 +18,7 @@ import os
 
 import keras
 
+from keras_preact import scan
 from keras_preact.builder import build_from_spec
 from keras_preact.labels import decode_predictions
 from keras_preact.preprocessing import preprocess_input
@@ -40,7 +41,8 @@ def application(
 ) -> keras.Model:
     """Builds registered `model_name` with Keras Applications arguments.
 
-    `weights`: None (random init), a path to a `.weights.h5` file, or a tag in
+    `weights`: None (random init), a path to a `.weights.h5` file (saved from the plain or
+    the scanned form, `keras_preact.scan`), or a tag in
     `PRETRAINED[model_name]`. `input_shape` defaults to the input of `input_tensor` or to
     the registered size (32x32 CIFAR, 224x224 ImageNet); `classes` to 10 or 1000.
     """
@@ -58,8 +60,20 @@ def application(
     spec = resolve(model_name, **overrides)
     model = build_from_spec(spec, name=name or model_name, input_tensor=input_tensor)
     if weights is not None:
-        model.load_weights(_weights_path(model_name, weights))
+        _load_weights(model, spec, _weights_path(model_name, weights))
     return model
+
+
+def _load_weights(model: keras.Model, spec, path: str) -> None:
+    """`model.load_weights(path)`, also for files saved from the scanned form (what
+    `keras-preact train` trains full pre-activation nets in): read into that form, then
+    copied across."""
+    if scan.scannable(spec) and scan.holds_scanned_weights(path):
+        twin = build_from_spec(spec, name=model.name, stages="scan")
+        twin.load_weights(path)
+        scan.copy_weights(twin, model)
+    else:
+        model.load_weights(path)
 
 
 def _weights_path(model_name: str, weights: str) -> str:

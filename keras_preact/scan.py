@@ -387,32 +387,68 @@ def _convert(model: keras.Model, stages: str) -> keras.Model:
         target = build_from_spec(spec, name=model.name, stages=stages)
     finally:
         keras.config.set_dtype_policy(previous)
-    scanned, plain = (target, model) if stages == "scan" else (model, target)
+    copy_weights(model, target)
+    return target
+
+
+def copy_weights(source: keras.Model, target: keras.Model) -> None:
+    """Copies every weight (moving statistics included) of `source` into `target`: two
+    forms of one full pre-activation network, scanned and plain, either way round (or two
+    plain ones). Raises ValueError, naming the layers, if they are not the same network.
+
+    Example:
+    >>> import keras_preact
+    >>> fast = keras_preact.build("preact-164", stages="scan", depth=20)
+    >>> plain = keras_preact.build("preact-164", depth=20)
+    >>> copy_weights(fast, plain)
+    >>> bool((plain.get_layer("stage1_unit002_conv1").kernel.numpy()
+    ...       == fast.get_layer("stage1_scan").kernels[0].numpy()[0]).all())
+    True
+    """
+    to_scan = is_scanned(target)
+    scanned, plain = (target, source) if to_scan else (source, target)
+    if is_scanned(plain):
+        raise ValueError("copy_weights copies between a scanned and a plain model. Received "
+                         f"two scanned models: {source.name!r} and {target.name!r}")
 
     # Every layer of the plain form is either a layer of the scanned form (same config)
-    # or part of one of its scanned units.
-    expected = {layer.name for layer in scanned.layers if not isinstance(layer, ScannedUnits)}
+    # or part of one of its scanned units. Input layers (no weights) may be named freely.
+    def names(model):
+        return {layer.name for layer in model.layers
+                if not isinstance(layer, (ScannedUnits, keras.layers.InputLayer))}
+
+    expected = names(scanned)
     for layer in _scanned_layers(scanned):
         stage = int(SCAN_NAME.match(layer.name).group(1))
         for unit in range(2, layer.units + 2):
             expected.update(_unit_layers(stage, unit, len(layer.convs)))
-    plain_names = {layer.name for layer in plain.layers}
-    if plain_names != expected:
-        diff = sorted(plain_names ^ expected)[:5]
-        raise ValueError(f"{model.name!r} is not a full pre-activation network with identity "
-                         f"shortcuts as keras_preact.build makes it. Layers that differ: {diff}")
+    if names(plain) != expected:
+        diff = sorted(names(plain) ^ expected)[:5]
+        raise ValueError(f"{source.name!r} and {target.name!r} are not two forms of one full "
+                         f"pre-activation network of keras_preact.build. Layers that differ: "
+                         f"{diff}")
 
     for layer in scanned.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
         if isinstance(layer, ScannedUnits):
-            _copy_units(layer, plain, to_scan=stages == "scan")
+            _copy_units(layer, plain, to_scan=to_scan)
             continue
         other = plain.get_layer(layer.name)
         if other.get_config() != layer.get_config():
             raise ValueError(f"Layer {layer.name!r} differs between the two forms. Received: "
                              f"{other.get_config()} and {layer.get_config()}")
-        source, dest = (other, layer) if stages == "scan" else (layer, other)
-        dest.set_weights(source.get_weights())
-    return target
+        src, dest = (other, layer) if to_scan else (layer, other)
+        dest.set_weights(src.get_weights())
+
+
+def holds_scanned_weights(path: str) -> bool:
+    """Whether the `.weights.h5` file at `path` was saved from a model with scanned stages
+    (Keras names its groups after the layer class: `scanned_units`, `scanned_units_1`...)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return "layers" in f and any(k.startswith("scanned_units") for k in f["layers"])
 
 
 def _copy_units(layer: ScannedUnits, plain: keras.Model, to_scan: bool) -> None:

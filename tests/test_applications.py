@@ -44,6 +44,23 @@ def test_weights_file_round_trip(tmp_path):
     assert model.name == "mine" and again.name == "preact-20"
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="scan needs TensorFlow")
+def test_weights_saved_from_the_scanned_form_load_into_the_constructor(tmp_path):
+    # What `keras-preact train` writes for full pre-activation nets is the scanned form.
+    import keras_preact
+
+    trained = keras_preact.build("preact-20", stages="scan", classes=7)
+    for w in trained.weights:  # not the initial values, moving statistics included
+        w.assign(np.random.default_rng(len(w.path)).uniform(0.5, 1.5, w.shape))
+    path = tmp_path / "scanned.weights.h5"
+    trained.save_weights(path)
+    model = applications.PreActResNet20(classes=7, weights=str(path))
+    assert not keras_preact.scan.is_scanned(model)
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)),
+                               keras.ops.convert_to_numpy(trained(x)), rtol=1e-5, atol=1e-6)
+
+
 def test_bad_weights_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="Unknown weights 'cifar10' for 'preact-164'.*none published yet"):
         applications.PreActResNet164(weights="cifar10")

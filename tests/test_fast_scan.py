@@ -165,7 +165,12 @@ def test_errors_name_what_was_received():
         keras_preact.build("resnet-164", stages="scan", depth=20)
     with pytest.raises(ValueError, match="Unknown stages 'fast'"):
         keras_preact.build("preact-164", stages="fast", depth=20)
-    with pytest.raises(ValueError, match="not a full pre-activation"):
+    with pytest.raises(ValueError, match="not two forms of one full pre-activation network.*stage1_unit002_shortcut_conv"):
         scan.to_scanned(keras_preact.build("preact-164", depth=20, shortcut="conv1x1"))
+    fast = keras_preact.build("preact-164", stages="scan", depth=20)
+    with pytest.raises(ValueError, match="Received two scanned models"):
+        scan.copy_weights(fast, fast)
+    with pytest.raises(ValueError, match=r"Layers that differ: \['stage1_unit003"):
+        scan.copy_weights(fast, keras_preact.build("preact-164", depth=29))
     with pytest.raises(ValueError, match="not a network built by keras_preact"):
         scan.to_scanned(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
