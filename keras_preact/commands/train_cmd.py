@@ -38,7 +38,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--jit-compile", action="store_true", help="compile steps with XLA")
     p.add_argument("--stages", default="auto", choices=("auto", "layers", "scan"),
                    help="scan: run each stage's identical units as one loop (full pre-activation "
-                   "nets; preact-1001: first step 25x sooner, 1/3 of the memory; "
+                   "nets; preact-1001: first step 20x sooner, 40%% of the memory; "
                    "benchmarks/README.md). auto (default): scan where it applies, else layers")
     p.add_argument("--recompute", action="store_true",
                    help="scanned stages: recompute whole units in the backward pass "

@@ -286,7 +286,7 @@ def _saved_config(output: str) -> dict:
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     """The form `train` builds: `"auto"` is the form of an earlier run in `output` (so it
-    resumes), else "scan" for the nets it runs (preact-1001: first step 25x sooner, 1/3 of
+    resumes), else "scan" for the nets it runs (preact-1001: first step 20x sooner, 40 % of
     the memory; benchmarks/README.md), else "layers"."""
     from keras_preact import scan
 
