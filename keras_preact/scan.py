@@ -15,7 +15,7 @@ with `to_scanned` / `to_layered` (the plain graph is the one to export and inspe
 `Add` layers show the identity path). `fused=True` (default) computes each BN with one
 `FusedBatchNormV3` op instead of Keras' moments + normalize ops. In training, each
 BN-ReLU-conv keeps only its input for the backward pass and recomputes the cheap BN + ReLU
-there (about half the activation memory of autodiff, ~5 % more time); `recompute=True`
+there (about half the activation memory of autodiff, a few % more time); `recompute=True`
 keeps only each unit's input and recomputes the whole unit (memory mode).
 
 Example:
@@ -117,7 +117,7 @@ class ScannedUnits(keras.layers.Layer):
         fused: compute BN with `FusedBatchNormV3` (one op forward, one backward) rather
             than Keras' moments + normalize ops. Same statistics and update.
         recompute: keep only each unit's input for the backward pass and recompute the
-            unit (`tf.recompute_grad`): ~1/3 of the default's activation memory, ~1.2x
+            unit (`tf.recompute_grad`): ~2/3 of the default's activation memory, ~1.2x
             the time.
 
     Weights are `bn{k}_gamma`, `bn{k}_beta`, `bn{k}_moving_mean`, `bn{k}_moving_variance`
