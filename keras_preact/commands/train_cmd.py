@@ -87,10 +87,14 @@ def run(args: argparse.Namespace) -> int:
     except training.TrainingDiverged as e:
         print(f"keras-preact train: error: {e}", file=sys.stderr)
         return 1
+    from keras_preact import scan
+
+    form = " (scanned stages; scan.to_layered gives the layer graph)" if scan.is_scanned(
+        model) else ""
     # Printed by every worker: equal digests show that all workers hold the same weights.
     print(f"keras-preact: finished at step {int(model.optimizer.iterations.numpy())}; "
           f"trainable weights sha256 {weights_digest(model)}; "
-          f"model in {args.output}/model.keras")
+          f"model in {args.output}/model.keras{form}")
     return 0
 
 
