@@ -46,6 +46,12 @@ def residual_units(model: keras.Model) -> list[tuple[str, str]]:
     >>> residual_units(keras_preact.build("resnet-20"))[:1]
     [('stage1_unit001', 'stage1_unit001_out_relu')]
     """
+    from keras_preact import scan
+
+    if scan.is_scanned(model):  # its units 2..n hide inside one loop layer per stage
+        raise ValueError(f"Model {model.name!r} runs its stages as scanned loops; per-unit "
+                         "analysis needs the layer graph: pass keras_preact.scan.to_layered("
+                         "model).")
     units = []
     names = [layer.name for layer in model.layers]
     for name in names:
@@ -76,7 +82,8 @@ def signal_propagation(
     variables (BN moving averages) are left as they were.
 
     Args:
-        model: a classifier from `keras_preact.build` (softmax or logits output).
+        model: a classifier from `keras_preact.build` (softmax or logits output); a model
+            with scanned stages is analysed in its layer form (`scan.to_layered`).
         images: normalized input batch; default: `batch_size` standard-normal images of the
             model's input shape (32x32 where the shape is unknown).
         labels: integer class labels; default: random labels.
@@ -95,6 +102,10 @@ def signal_propagation(
     """
     import tensorflow as tf  # eager tape over intermediate tensors
 
+    from keras_preact import scan
+
+    if scan.is_scanned(model):
+        model = scan.to_layered(model)
     if len(model.outputs) != 1 or len(model.outputs[0].shape) != 2:
         raise ValueError(
             "`signal_propagation` needs a classifier with one (batch, classes) output. "

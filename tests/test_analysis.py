@@ -87,3 +87,16 @@ def test_analysis_restores_bn_statistics_and_validates():
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="no residual units"):
         analysis.residual_units(plain)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="scan needs TensorFlow")
+def test_a_scanned_model_is_analysed_unit_by_unit_in_its_layer_form():
+    keras.utils.set_random_seed(0)
+    plain = keras_preact.build("preact-110", depth=6 * UNITS_PER_STAGE + 2)
+    fast = keras_preact.scan.to_scanned(plain)
+    with pytest.raises(ValueError, match="scanned loops.*scan.to_layered"):
+        analysis.residual_units(fast)
+    a = analysis.signal_propagation(plain, batch_size=4)
+    b = analysis.signal_propagation(fast, batch_size=4)
+    assert b["unit"] == a["unit"] and len(a["unit"]) == 3 * UNITS_PER_STAGE
+    np.testing.assert_allclose(b["signal"], a["signal"], rtol=1e-4)
