@@ -1,6 +1,6 @@
 """Where a training step's time goes: a TensorFlow profiler trace, summed per op type.
 
-Builds and compiles the model as `train_speed.py` does (the trainer's path), warms up,
+Builds and compiles the model with `train_speed.py`'s function (the trainer's path), warms up,
 then traces `--steps` steps with `tf.profiler.experimental` and prints, per TensorFlow
 executor thread, the time spent in each op type (e.g. `Conv2DBackpropFilter`), and on the
 Python thread the large events (tracing, execution). `--first` traces the first `fit` call
@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from train_speed import parse_args as speed_args
+from train_speed import build_model_and_data, parse_args as speed_args
 
 
 # The Python thread's events that delimit the phases of a step call.
@@ -69,24 +69,9 @@ def main(argv=None) -> int:
     steps = 1 if args.first else 3
     speed = speed_args([*rest, "--steps", "3"])  # the same model options as train_speed.py
 
-    import numpy as np
     import tensorflow as tf
 
-    import keras_preact
-    from keras_preact.training import distribute, paper_schedule
-    from keras_preact.training.trainer import build_and_compile, resolve_stages
-
-    overrides = {"depth": speed.depth} if speed.depth else {}
-    spec = keras_preact.resolve(speed.model, **overrides)
-    with distribute.select_strategy(speed.strategy).scope():
-        model = build_and_compile(speed.model, paper_schedule(), overrides=overrides,
-                                  stages=resolve_stages(speed.stages, spec),
-                                  recompute=speed.recompute,
-                                  mixed_precision=speed.mixed_precision)
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(speed.batch_size, *spec.input_shape)).astype("float32")
-    y = rng.integers(0, spec.classes, size=(speed.batch_size,)).astype("int64")
-    data = tf.data.Dataset.from_tensors((x, y)).repeat()
+    model, data, _ = build_model_and_data(speed)
     if not args.first:
         model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
     logdir = tempfile.mkdtemp(prefix="op_profile_")

@@ -88,8 +88,9 @@ def summarize(build_s: float, step_times: list[float], batch_size: int, extra: d
             "peak_rss_mb": round(peak_rss_mb(), 1), **extra}
 
 
-def run_keras(args) -> dict:
-    import keras
+def build_model_and_data(args):
+    """The model as `keras-preact train` builds and compiles it for `args`, and a repeated
+    synthetic batch; returns `(model, data, build seconds)`."""
     import numpy as np
     import tensorflow as tf
 
@@ -116,7 +117,15 @@ def run_keras(args) -> dict:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch_size, *spec.input_shape)).astype("float32")
     y = rng.integers(0, spec.classes, size=(args.batch_size,)).astype("int64")
-    data = tf.data.Dataset.from_tensors((x, y)).repeat()
+    return model, tf.data.Dataset.from_tensors((x, y)).repeat(), build_s
+
+
+def run_keras(args) -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    model, data, build_s = build_model_and_data(args)
 
     class Timer(keras.callbacks.Callback):
         def __init__(self):
