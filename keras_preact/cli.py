@@ -2,19 +2,23 @@
 
 Each module defines `add_parser(subparsers)`, which registers its sub-command and sets
 `func(args) -> int` as the parser default. Heavy imports (TensorFlow) happen inside `func`,
-so `keras-preact --help` answers at once.
+so `--help` and `keras-preact list` answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from keras_preact import __version__
 
 # Order shown by --help.
 COMMANDS = ("list", "train", "evaluate", "plot", "export")
+# TensorFlow's C++ start-up lines (oneDNN notes, "failed call to cuInit" on CPU-only
+# machines) read as failures; hidden unless --verbose or the user set the variable.
+TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,15 +32,40 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"keras_preact.commands.{command}_cmd").add_parser(
             subparsers
         )
+    for subparser in subparsers.choices.values():
+        subparser.add_argument("--verbose", action="store_true",
+                               help=f"show TensorFlow's own log lines too (or set {TF_LOG_LEVEL})")
     return parser
+
+
+def import_tensorflow(verbose: bool = False) -> None:
+    """Imports TensorFlow; unless `verbose`, without its start-up lines on the console.
+
+    Commands that need TensorFlow call this first. TF_CPP_MIN_LOG_LEVEL=3 hides its later C++
+    logs; the lines its libraries print while loading (before absl logging is initialized,
+    whatever the level) are sent to /dev/null for the duration of the import.
+    """
+    if verbose or "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault(TF_LOG_LEVEL, "3")
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        # Bad input is the user's to fix: one clear line, no traceback.
+    except (ValueError, OSError) as e:
+        # Bad input and environment failures (a path, a permission, the network) are the
+        # user's to fix: one clear line, no traceback.
         print(f"keras-preact {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -49,14 +49,66 @@ def test_run_dir_layout_and_loss_falls(finished_run):
     assert int(model.optimizer.iterations.numpy()) == 90
 
 
-def test_model_keras_keeps_optimizer_state_and_schedule(finished_run):
-    run_dir, _ = finished_run
-    loaded = training.load_trained(run_dir)
-    assert isinstance(loaded.optimizer, training.SGDWithL2)
-    assert loaded.optimizer.l2 == pytest.approx(1e-4) and loaded.optimizer.momentum == 0.9
-    assert int(loaded.optimizer.iterations.numpy()) == 90
-    schedule = loaded.optimizer._learning_rate
-    assert isinstance(schedule, training.PaperSchedule) and schedule.boundary_steps == (45, 68)
+# Loads RUN/model.keras with Keras alone (keras_preact cannot be imported), safe mode on.
+KERAS_ALONE = """
+import sys
+sys.modules["keras_preact"] = None
+import keras, numpy as np
+model = keras.saving.load_model(sys.argv[1], safe_mode=True)
+images = np.load(sys.argv[2])
+np.save(sys.argv[3], model.predict(images, verbose=0))
+print(getattr(model, "optimizer", None) is None, len(model.layers))
+"""
+
+
+def assert_loads_with_keras_alone(run_dir, model, tmp_path):
+    """RUN/model.keras is the plain layer graph without training state, whatever form the
+    run trained in, and gives the trained model's outputs."""
+    import subprocess
+    import sys
+
+    from keras_preact import scan
+
+    images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype("float32")
+    np.save(tmp_path / "x.npy", images)
+    done = subprocess.run(
+        [sys.executable, "-c", KERAS_ALONE, os.path.join(run_dir, "model.keras"),
+         str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+        capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    no_optimizer, layers = done.stdout.split()[-2:]
+    assert no_optimizer == "True"
+    plain = scan.to_layered(model) if scan.is_scanned(model) else model
+    assert int(layers) == len(plain.layers)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"),
+                               np.asarray(model(images, training=False)), atol=1e-5)
+
+
+def test_model_keras_loads_with_keras_alone(finished_run, tmp_path):
+    assert_loads_with_keras_alone(*finished_run, tmp_path)
+
+
+@pytest.mark.parametrize("steps, warmup", [(64000, 400), (32000, 200), (100, 1), (1, 0)])
+def test_default_warmup_keeps_the_papers_share_of_any_run(steps, warmup):
+    from keras_preact.training.trainer import default_warmup_steps
+
+    assert default_warmup_steps(steps, "cifar") == warmup
+    assert default_warmup_steps(steps, "imagenet") == 0
+
+
+def test_progress_counts_iterations_not_nominal_epochs(cifar10_data_dir, tmp_path, capsys):
+    """A run that stops inside its first (nominal 703-step) epoch says where it really is:
+    a line per epoch (verbose=2, logs), or a live bar over the run's steps (1, terminals)."""
+    import re
+
+    for verbose, expected in [(2, r"^epoch 1/1 - step 12/12 - \d+s - accuracy: [\d.]+ - loss: "),
+                              (1, r"\r *12/12 ━+ .*/step - accuracy: .*\nepoch 1/1 - step 12/12")]:
+        training.train("preact-20", output=str(tmp_path / f"v{verbose}"),
+                       data_dir=cifar10_data_dir, steps=12, batch_size=64, val_examples=0,
+                       overrides=TINY, verbose=verbose)
+        out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # colours
+        assert re.search(expected, out, re.M), out
+        assert "/703" not in out
 
 
 def test_evaluate_matches_the_last_validation_row(finished_run, cifar10_data_dir):
@@ -102,7 +154,8 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
         (["preact-20", "--data-dir", "/nonexistent/tfds"], "data dir '/nonexistent/tfds' does not"),
         (["preact-20", "--data-dir", "/", "--no-download"], "'cifar10' is not prepared in data_dir"),
         (["preact-20", "--steps", "0"], "`steps` must be a positive integer. Received: steps=0"),
-        (["preact-20", "--steps", "100"], r"`warmup_steps` must be an integer in \[0, steps=100\)"),
+        (["preact-20", "--steps", "100", "--warmup-steps", "100"],
+         r"`warmup_steps` must be an integer in \[0, steps=100\)"),
         (["preact-20", "--batch-size", "0"], "`batch_size` must be a positive integer"),
         (["preact-20", "--override", "depth=7"], "depth 6n\\+2"),
         (["preact-20", "--override", "depth"], "--override expects FIELD=VALUE"),
@@ -155,6 +208,7 @@ def test_full_preact_nets_train_scanned_by_default_and_export(tmp_path, cifar10_
     assert scan.is_scanned(model) and model.get_layer("stage2_scan").recompute
     assert int(model.optimizer.iterations.numpy()) == 6
     assert json.load(open(os.path.join(run_dir, "config.json")))["stages"] == "scan"
+    assert_loads_with_keras_alone(run_dir, model, tmp_path)
     version = export.export_saved_model(run_dir, str(tmp_path / "serving"))
     images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
     served = tf.saved_model.load(version).signatures["serving_default"](images=images)

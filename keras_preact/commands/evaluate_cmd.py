@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
+from keras_preact.cli import import_tensorflow
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("evaluate", help="accuracy / error of a trained model on a split")
     p.add_argument("model", metavar="RUN_DIR|MODEL.keras")
     p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
-    p.add_argument("--split", default="test", help='TFDS split, e.g. "test", "train[45000:]"')
+    p.add_argument("--split", default=None,
+                   help='TFDS split, e.g. "train[45000:]" (default: the dataset\'s labelled '
+                   'held-out split: test for CIFAR, validation for imagenet2012)')
     p.add_argument("--data-dir", default=None, help="TFDS data_dir")
     p.add_argument("--no-download", dest="download", action="store_false",
                    help="fail instead of letting TFDS download a dataset that is not prepared")
@@ -21,12 +25,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import_tensorflow(args.verbose)
     from keras_preact import training
+    from keras_preact.training.data import dataset_info
 
-    result = training.evaluate(args.model, dataset=args.dataset, split=args.split,
+    split = args.split or dataset_info(args.dataset).eval_split
+    result = training.evaluate(args.model, dataset=args.dataset, split=split,
                                data_dir=args.data_dir, download=args.download,
                                batch_size=args.batch_size)
-    print(f"{args.dataset} {args.split}: error {result['error']:.2f} % "
+    print(f"{args.dataset} {split}: error {result['error']:.2f} % "
           f"(accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}, "
           f"{result['examples']} examples)")
     if args.json:

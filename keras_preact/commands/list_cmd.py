@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from keras_preact.cli import import_tensorflow
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("list", help="list registered models (fnmatch pattern)")
@@ -14,6 +16,10 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--markdown", action="store_true", help="print a Markdown table (the README's)"
+    )
+    p.add_argument(
+        "--weights", action="store_true",
+        help="list the published weights (tags for weights=...) with their accuracy instead",
     )
     p.set_defaults(func=run)
 
@@ -26,17 +32,47 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"No model matches {args.pattern!r}. Try `keras-preact list` for all names."
         )
+    if args.weights:
+        header, rows = _weights_table(names)
+    else:
+        if args.params:  # builds every model
+            import_tensorflow(args.verbose)
+        header, rows = _models_table(names, args.params)
+    _print_table(header, rows, args.markdown)
+    return 0
+
+
+def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[str]]]:
+    import keras_preact
+
     header = ["name", "family", "depth", "unit", "shortcut"]
-    header += ["params"] * args.params + ["paper error (%)"]
+    header += ["params"] * params + ["paper error (%)"]
     rows = []
     for name in names:
         spec = keras_preact.get_spec(name)
         row = [name, spec.family, str(spec.depth), spec.unit, spec.shortcut]
-        if args.params:
+        if params:
             weights = keras_preact.build(name).trainable_weights
             row.append(f"{sum(math.prod(w.shape) for w in weights) / 1e6:.2f}M")
         rows.append(row + [spec.paper_result or "-"])
-    if args.markdown:
+    return header, rows
+
+
+def _weights_table(names: list[str]) -> tuple[list[str], list[list[str]]]:
+    from keras_preact import pretrained
+
+    header = ["name", "weights", "val. accuracy", "on", "iterations", "precision", "file"]
+    rows = [[r.model, r.tag, f"{100 * r.val_accuracy:.2f} %", r.val_split, str(r.iterations),
+             r.precision, r.url or r.file]
+            for r in pretrained.all_records() if r.model in names]
+    if not rows:
+        raise ValueError("No published weights match; `keras-preact list --weights` shows "
+                         "all of them.")
+    return header, rows
+
+
+def _print_table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
         for row in rows:
@@ -45,5 +81,4 @@ def run(args: argparse.Namespace) -> int:
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         for row in rows:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
 

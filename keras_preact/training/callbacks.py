@@ -6,7 +6,9 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
+import time
 
 import keras
 import numpy as np
@@ -115,6 +117,49 @@ class RunBackup(keras.callbacks.BackupAndRestore):
     def on_train_end(self, logs=None):
         if self.backup_dir != self.restore_dir:
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+class Progress(keras.callbacks.Callback):
+    """Progress in optimizer iterations, as they are: `step S/N` of the whole run.
+
+    `live`: one Keras `Progbar` over the run (a terminal); otherwise one line per epoch (a log
+    file). Replaces fit's own per-epoch bar, which shows the epoch's nominal length even when
+    the run stops inside it (a 600-step run at batch 32 printed "1406/1406").
+    """
+
+    def __init__(self, total_steps: int, epochs: int, live: bool, stream=None):
+        super().__init__()
+        self.total_steps = total_steps
+        self.epochs = epochs
+        self.live = live
+        self.stream = stream or sys.stdout
+        self.bar = None
+
+    def on_train_begin(self, logs=None):
+        self.started = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.live:
+            return
+        values = _scalars(logs)
+        if self.bar is None:
+            # fit's logs are already running means: stateful, so Progbar shows them as they are.
+            self.bar = keras.utils.Progbar(self.total_steps, unit_name="step",
+                                           stateful_metrics=[k for k, _ in values])
+        self.bar.update(optimizer_step(self.model), values)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = optimizer_step(self.model)
+        line = (f"epoch {epoch + 1}/{self.epochs} - step {step}/{self.total_steps} - "
+                f"{time.monotonic() - self.started:.0f}s")
+        line += "".join(f" - {k}: {v:.4f}" for k, v in _scalars(logs))
+        if self.bar is not None and step < self.total_steps:
+            line = "\n" + line  # below the live bar, which goes on on the next line
+        print(line, file=self.stream, flush=True)
+
+
+def _scalars(logs) -> list[tuple[str, float]]:
+    return [(k, float(v)) for k, v in (logs or {}).items() if k != "learning_rate"]
 
 
 class MetricsCSV(keras.callbacks.Callback):

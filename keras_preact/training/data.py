@@ -55,7 +55,7 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     builder = tfds.builder(name, data_dir=data_dir)
     if not builder.is_prepared():
         if download and name != "imagenet2012":
-            builder.download_and_prepare()
+            _download(builder, name)
         else:
             hint = (
                 " ImageNet needs a manual download: `tfds build imagenet2012 --manual_dir DIR "
@@ -73,6 +73,22 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
             f"Available: {sorted(builder.info.splits)}. Received: split={split!r}"
         )
     return builder.info.splits[split].num_examples
+
+
+class DownloadFailed(ConnectionError):
+    """TFDS could not download a dataset (no network, a proxy, the host down)."""
+
+
+def _download(builder, name: str) -> None:
+    try:
+        builder.download_and_prepare()
+    except Exception as error:  # requests, urllib3 and TFDS raise many kinds for one cause
+        cause = str(error).splitlines()[0][:300] if str(error) else ""
+        raise DownloadFailed(
+            f"Could not download dataset {name!r} ({type(error).__name__}: {cause}). Without "
+            f"network, pass --data-dir with a prepared copy, or run `tfds build {name} "
+            "--data_dir DIR` on a machine with network and copy DIR here."
+        ) from None
 
 
 def train_val_splits(val_examples: int) -> tuple[str, str | None]:

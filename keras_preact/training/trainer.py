@@ -1,8 +1,9 @@
 """`train` and `evaluate`: the paper's recipe on `model.fit`, resumable, through tf.distribute.
 
 RUN_DIR layout: `config.json` (written at start), `metrics.csv` (one row per epoch),
-`logs/` (TensorBoard), `backup/` (while training) and, only when training finished,
-`model.keras` (with optimizer state: `optimizer.iterations == steps`).
+`logs/` (TensorBoard), `backup/` (while training, with the optimizer state) and, only when
+training finished, `model.keras`: the trained network as plain Keras layers, which
+`keras.saving.load_model` loads without keras_preact (see `shareable`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from keras_preact.training.optimizer import SGDWithL2
 from keras_preact.training.schedule import paper_schedule
 
 MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
-CIFAR_WARMUP_STEPS = 400
+# The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
+# share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
+CIFAR_WARMUP_SHARE = 400 / 64000
 # Settings that must match for a rerun in the same RUN_DIR to resume (not e.g. the strategy:
 # a run may move from one GPU to several machines).
 RESUME_KEYS = ("model", "overrides", "dataset", "steps", "batch_size", "lr", "warmup_steps",
@@ -64,20 +67,22 @@ def train(
     backup_every: int = 1000,
     overrides: dict | None = None,
     seed: int | None = None,
-    verbose: int | str = 1,
+    verbose: int = 1,
 ):
     """Trains registered network `model` with the paper's recipe; returns the trained model.
 
     SGD (momentum 0.9, optional Nesterov), weight decay `gradient += weight_decay * w` on all
     parameters, lr `lr` divided by 10 at 50 % and 75 % of `steps` (ImageNet: epochs 30 and 60
-    of 90), `warmup_steps` at `warmup_lr` first (default 400 on CIFAR, 0 on ImageNet).
+    of 90), `warmup_steps` at `warmup_lr` first (default on CIFAR: the paper's 400 of 64,000
+    iterations, scaled with `steps`; 0 on ImageNet).
     `batch_size` is global, split across replicas; scale `lr` linearly with it (0.1 per 128).
     With `download`, TFDS downloads and prepares CIFAR into `data_dir` if it is not there yet.
     Rerunning the same call after an interruption resumes from `output/backup`.
+    `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.scan`:
     same math, a first step in seconds even at depth 1001, less memory) and other designs
-    as plain layers; `model.keras` keeps that form (`scan.to_layered` gives the plain graph;
-    `export` does it for you).
+    as plain layers; `model.keras` is always the plain layer graph. Returns the trained,
+    compiled model in the form it trained in.
 
     Example (a few steps of a tiny net; the paper's run is `train("preact-110", output=...)`):
     >>> m = train("preact-20", output="/tmp/run", data_dir="../shared/tensorflow_datasets",
@@ -99,9 +104,9 @@ def train(
         spec = keras_preact.resolve(model, **overrides)
     if spec.classes != info.classes:
         raise ValueError(f"{dataset!r} has {info.classes} classes. Received: classes={spec.classes}")
-    if warmup_steps is None:
-        warmup_steps = CIFAR_WARMUP_STEPS if info.family == "cifar" else 0
     _check_positive(steps=steps, batch_size=batch_size, backup_every=backup_every)
+    if warmup_steps is None:
+        warmup_steps = default_warmup_steps(steps, info.family)
     if steps_per_epoch is not None:
         _check_positive(steps_per_epoch=steps_per_epoch)
     if not (isinstance(val_examples, int) and val_examples >= 0):
@@ -157,6 +162,16 @@ def train(
     finally:
         if not chief:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def default_warmup_steps(steps: int, family: str) -> int:
+    """The paper's warm-up share of a CIFAR run (400 of 64,000 iterations); none on ImageNet.
+
+    Example:
+    >>> default_warmup_steps(64000, "cifar"), default_warmup_steps(100, "cifar")
+    (400, 1)
+    """
+    return round(steps * CIFAR_WARMUP_SHARE) if family == "cifar" else 0
 
 
 def build_and_compile(
@@ -243,11 +258,15 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         os.path.join(output, "backup"), every=config["backup_every"], steps_per_epoch=spe,
         total_steps=steps, chief=chief, verbose=bool(verbose),
     )
+    epochs = math.ceil(steps / spe)
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))]
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
-    net.fit(train_ds, epochs=math.ceil(steps / spe), steps_per_epoch=spe,
-            validation_data=val_ds, callbacks=callbacks, verbose=verbose)
+    if verbose:
+        callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
+    # The datasets shuffle themselves (fit would only warn that it cannot).
+    net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
+            validation_data=val_ds, callbacks=callbacks, verbose=0)
 
     if guard.nan_step is not None:
         kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup.restore_dir}"
@@ -258,11 +277,26 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         )
     # The chief writes model.keras atomically; other workers save into their temp dir.
     tmp = os.path.join(run_dir, ".tmp-model.keras")
-    net.save(tmp)
+    shareable(net).save(tmp)
     os.replace(tmp, os.path.join(run_dir, "model.keras"))
     if chief:
         shutil.rmtree(os.path.join(output, "backup"), ignore_errors=True)
     return net
+
+
+def shareable(model):
+    """The trained network as a file anyone can load: plain Keras layers (the layer graph of
+    a scanned model), without the optimizer, so `keras.saving.load_model` needs neither
+    keras_preact nor `safe_mode=False`. The recipe that trained it is in config.json."""
+    import keras
+
+    from keras_preact import scan
+
+    if scan.is_scanned(model):
+        return scan.to_layered(model)
+    twin = keras.Model.from_config(model.get_config())  # the same graph, uncompiled
+    twin.set_weights(model.get_weights())
+    return twin
 
 
 def _check_compile_options(model: str, stages: str, recompute: bool,
@@ -339,9 +373,12 @@ def load_trained(model_or_path):
     return keras_preact.load_model(os.fspath(model_or_path))
 
 
-def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
+def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
              data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split.
+
+    `split` defaults to the dataset's labelled held-out split (`test` for CIFAR,
+    `validation` for imagenet2012, whose `test` split has no labels).
 
     Uses the shared eval geometry (`preprocessing.resize_for_eval`) and normalization.
 
@@ -355,6 +392,7 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str = "test",
     from keras_preact import preprocessing
 
     info = data.dataset_info(dataset)
+    split = split or info.eval_split
     _check_positive(batch_size=batch_size)
     model = load_trained(model_or_path)  # a wrong path fails before the data is touched
     data.check_split(dataset, split, data_dir, download)

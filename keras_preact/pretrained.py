@@ -1,0 +1,125 @@
+"""Published weights: one record per (model name, tag), kept apart from the architecture.
+
+A record says where a `.weights.h5` file is (shipped inside the package, or at a URL that
+`keras.utils.get_file` downloads into Keras' cache), its SHA-256, and how it was made: the
+exact `keras-preact train` command, iterations, precision, wall time, machine, keras-preact
+version and the validation accuracy it reached. Files are in the plain layer form (Keras
+layer names), whatever form they were trained in. `applications.*(weights=TAG)` and
+`keras_preact.build(name, weights=TAG)` load them through `weights_file`.
+
+Example:
+>>> sorted(released("preact-20"))  # doctest: +SKIP
+['cifar10']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+
+# Package data: small files ship inside the wheel, beside this module.
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
+# Keras' cache subdirectory for files downloaded from a record's URL.
+CACHE_SUBDIR = "keras_preact"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsRecord:
+    """Where one published weights file is and how it was made."""
+
+    model: str  # registered name, e.g. "preact-20"
+    tag: str  # what users pass as `weights=`, e.g. "cifar10"
+    file: str  # file name: in PACKAGE_DIR, or the cache name of a download
+    sha256: str
+    val_accuracy: float  # on the validation slice the run held out (`val_split`)
+    val_split: str  # e.g. "train[45000:]" of CIFAR-10
+    command: str  # the exact `keras-preact train ...` that made it
+    iterations: int
+    precision: str  # "float32" or a mixed precision policy
+    wall_time_h: float
+    machine: str
+    keras_preact_version: str
+    url: str | None = None  # None: shipped in the package
+    note: str = ""  # e.g. a schedule shorter than the paper's
+
+
+_RECORDS: dict[tuple[str, str], WeightsRecord] = {}
+
+
+def register(record: WeightsRecord) -> None:
+    key = (record.model, record.tag)
+    if key in _RECORDS:
+        raise ValueError(f"Weights {record.tag!r} of {record.model!r} are already registered.")
+    _RECORDS[key] = record
+
+
+def released(model: str) -> dict[str, WeightsRecord]:
+    """The published tags of registered network `model`, by tag."""
+    return {tag: r for (name, tag), r in _RECORDS.items() if name == model}
+
+
+def all_records() -> list[WeightsRecord]:
+    return sorted(_RECORDS.values(), key=lambda r: (r.model, r.tag))
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:
+    """The local path of published weights `tag` of `model`, verified against its SHA-256.
+
+    Shipped files are checked in place; a record with a URL is downloaded once into Keras'
+    cache (`cache_dir`, default `~/.keras`, subdirectory `keras_preact`). A file whose hash
+    does not match raises ValueError and is removed from the cache.
+    """
+    tags = released(model)
+    if tag not in tags:
+        raise ValueError(
+            f"Unknown weights {tag!r} for {model!r}. Valid: None, a path to a '.weights.h5' "
+            f"file, or a published tag: {sorted(tags) or 'none published yet'} "
+            "(`keras-preact list --weights`)."
+        )
+    record = tags[tag]
+    if record.url is None:
+        path = os.path.join(PACKAGE_DIR, record.file)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"The package lacks {path} (weights {tag!r} of {model!r}): "
+                                    "reinstall keras-preact.")
+        _check_hash(path, record)
+        return path
+    return _download(record, cache_dir)
+
+
+def _download(record: WeightsRecord, cache_dir: str | None) -> str:
+    import keras
+
+    try:
+        path = keras.utils.get_file(fname=record.file, origin=record.url,
+                                    file_hash=record.sha256, cache_subdir=CACHE_SUBDIR,
+                                    cache_dir=cache_dir)
+    except ValueError:  # get_file keeps a file that failed its hash check: remove it
+        target = os.path.join(os.path.expanduser(cache_dir or keras.config.keras_home()),
+                              CACHE_SUBDIR, record.file)
+        if os.path.exists(target):
+            os.remove(target)
+        raise ValueError(f"{record.url} does not have the published SHA-256 {record.sha256} "
+                         f"of weights {record.tag!r} of {record.model!r}; nothing was kept. "
+                         "Retry later, or report it if it persists.") from None
+    except Exception as error:  # get_file raises a bare Exception for URL failures
+        raise ConnectionError(f"Could not download weights {record.tag!r} of "
+                              f"{record.model!r} from {record.url}: {error}") from None
+    return path
+
+
+def _check_hash(path: str, record: WeightsRecord) -> None:
+    actual = sha256_of(path)
+    if actual != record.sha256:
+        raise ValueError(f"{path} has SHA-256 {actual}, not the published {record.sha256} of "
+                         f"weights {record.tag!r} of {record.model!r}: the file is damaged; "
+                         "reinstall keras-preact.")
