@@ -23,6 +23,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["keras_preact", "keras_preact.*"]),
     include_package_data=True,
+    # ImageNet class names (keras_preact.labels.IMAGENET_FILE).
+    package_data={"keras_preact": ["imagenet_classes.txt"]},
     install_requires=[
         # The full package, not tensorflow-cpu: tensorflow-serving-api requires it.
         "tensorflow>=2.20",

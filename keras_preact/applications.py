@@ -18,15 +18,12 @@ import os
 
 import keras
 
-from keras_preact import scan
+from keras_preact import pretrained, scan
 from keras_preact.builder import build_from_spec
 from keras_preact.labels import decode_predictions
-from keras_preact.preprocessing import preprocess_input
+from keras_preact.preprocessing import RGB, preprocess_input
 from keras_preact.specs import get_spec, resolve
 
-# Released weights, by model name then tag -> (URL, SHA-256). None are published yet; a tag
-# is added here once a checkpoint reproduces its paper_result.
-PRETRAINED: dict[str, dict[str, tuple[str, str]]] = {}
 
 def application(
     model_name: str,
@@ -42,9 +39,18 @@ def application(
     """Builds registered `model_name` with Keras Applications arguments.
 
     `weights`: None (random init), a path to a `.weights.h5` file (saved from the plain or
-    the scanned form, `keras_preact.scan`), or a tag in
-    `PRETRAINED[model_name]`. `input_shape` defaults to the input of `input_tensor` or to
+    the scanned form, `keras_preact.scan`), or a published tag (`keras_preact.pretrained`,
+    `keras-preact list --weights`). `input_shape` defaults to the input of `input_tensor` or to
     the registered size (32x32 CIFAR, 224x224 ImageNet); `classes` to 10 or 1000.
+
+    As in Keras Applications, without weights the input may have any size and any number
+    of channels (grayscale, RGBA, multispectral: the stem conv takes them); weights were
+    trained on RGB images and need 3 channels.
+
+    Example:
+    >>> gray = application("preact-20", include_top=False, input_shape=(None, None, 1))
+    >>> gray.output.shape
+    (None, None, None, 64)
     """
     overrides = {
         "include_top": include_top,
@@ -53,15 +59,37 @@ def application(
     }
     if classes is not None:
         overrides["classes"] = classes
-    if input_shape is None and input_tensor is not None:
-        input_shape = tuple(input_tensor.shape[1:])
+    if input_tensor is not None:
+        # The tensor's shape is the input's; an `input_shape` may only repeat it.
+        tensor_shape = tuple(input_tensor.shape[1:])
+        if input_shape is not None and not _compatible(input_shape, tensor_shape):
+            raise ValueError(
+                "`input_shape` differs from the shape of `input_tensor`. Received: "
+                f"input_shape={input_shape!r} and an input_tensor of shape "
+                f"{tuple(input_tensor.shape)}"
+            )
+        input_shape = tensor_shape
     if input_shape is not None:
-        overrides["input_shape"] = tuple(input_shape)
+        overrides["input_shape"] = input_shape
     spec = resolve(model_name, **overrides)
+    if weights is not None and spec.input_shape[-1] != RGB:
+        raise ValueError(
+            "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels "
+            "(the stem conv was trained on 3). Use weights=None for other channel counts. "
+            f"Received: input_shape={spec.input_shape}"
+        )
+    # The weights file first: a missing file or unknown tag fails before any building.
+    path = None if weights is None else _weights_path(model_name, weights)
     model = build_from_spec(spec, name=name or model_name, input_tensor=input_tensor)
-    if weights is not None:
-        _load_weights(model, spec, _weights_path(model_name, weights))
+    if path is not None:
+        _load_weights(model, spec, path)
     return model
+
+
+def _compatible(input_shape, tensor_shape: tuple) -> bool:
+    """Whether `input_shape` matches `tensor_shape`, None matching any size."""
+    return (isinstance(input_shape, (tuple, list)) and len(input_shape) == len(tensor_shape)
+            and all(d is None or d == t for d, t in zip(input_shape, tensor_shape)))
 
 
 def _load_weights(model: keras.Model, spec, path: str) -> None:
@@ -81,14 +109,7 @@ def _weights_path(model_name: str, weights: str) -> str:
         if not os.path.isfile(weights):
             raise FileNotFoundError(f"No weights file at {weights!r}.")
         return weights
-    tags = PRETRAINED.get(model_name, {})
-    if weights not in tags:
-        raise ValueError(
-            f"Unknown weights {weights!r} for {model_name!r}. Valid: None, a path to a "
-            f"'.weights.h5' file, or a published tag: {sorted(tags) or 'none published yet'}."
-        )
-    url, sha256 = tags[weights]
-    return keras.utils.get_file(origin=url, file_hash=sha256, cache_subdir="keras_preact")
+    return pretrained.weights_file(model_name, weights)
 
 
 def _constructor(public_name: str, model_name: str):

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import keras
 
 from keras_preact import blocks, scan
 from keras_preact.specs import ResNetSpec
+
+
+# The most layers per weighted layer of any unit design: a one-conv unit with a gated shortcut
+# (BN, ReLU, conv, gate, its complement, two products, add). Stem, final BN-ReLU and head fit
+# in the two weighted layers `depth` counts beyond the units.
+LAYERS_PER_CONV = 8
+# Layer names: `stage{s}_unit{uuu}_*` and `stage{s}_scan` in stage s, `final_*` after the last.
+STAGE_LAYER = re.compile(r"^stage(\d+)_")
+FINAL_PREFIX = "final_"
 
 
 def stem(x, spec: ResNetSpec):
@@ -29,7 +39,7 @@ def stem(x, spec: ResNetSpec):
 def head(x, spec: ResNetSpec):
     """Pre-activation nets end with one more BN-ReLU after the last addition (their units
     leave the sum un-normalized), then global average pooling and the classifier."""
-    x = blocks.apply_ops(x, blocks.DESIGNS[spec.unit]["pre"], lambda kind: f"final_{kind}")
+    x = blocks.apply_ops(x, blocks.DESIGNS[spec.unit]["pre"], lambda kind: FINAL_PREFIX + kind)
     if spec.include_top:
         x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
         return keras.layers.Dense(
@@ -47,11 +57,111 @@ def head(x, spec: ResNetSpec):
     return x
 
 
+# What a model's output holds, by the name of the activation (or the class) of the operation
+# that produces it. log_softmax gives shifted logits: softmax and cross-entropy treat them as such.
+OUTPUT_KINDS = {
+    "linear": "logits",
+    "log_softmax": "logits",
+    "logsoftmax": "logits",
+    "softmax": "probabilities",
+    "sigmoid": "sigmoid",
+}
+
+
+def _output_operation(model: keras.Model):
+    """The layer or op producing `model`'s one output (a Sequential's last layer)."""
+    if isinstance(model, keras.Sequential) and model.layers:
+        return model.layers[-1]
+    outputs = getattr(model, "outputs", None)
+    if not outputs:
+        raise ValueError(
+            "Cannot tell what a model without a functional graph outputs (subclassed or "
+            f"unbuilt). Received: {type(model).__name__} {model.name!r}."
+        )
+    if len(outputs) != 1:
+        raise ValueError(
+            f"Expected a model with one output. Received {len(outputs)} outputs: "
+            f"{[tuple(t.shape) for t in outputs]}."
+        )
+    return outputs[0]._keras_history.operation
+
+
+def output_kind(model: keras.Model) -> str:
+    """What `model`'s one output holds: "logits", "probabilities" (softmax), "sigmoid"
+    (independent per-class probabilities) or "features" (anything else, e.g. the pooled
+    features of `include_top=False`).
+
+    Decided by the layer or op that produces the output (its activation, a Softmax layer or
+    op; nested models are followed): the one rule for losses, evaluation, analysis and export.
+    Raises ValueError for a model with several outputs or without a functional graph.
+
+    Example:
+    >>> import keras, keras_preact
+    >>> logits = keras_preact.build("preact-20", depth=8, classifier_activation=None)
+    >>> output_kind(logits), output_kind(keras.Sequential([logits, keras.layers.Softmax()]))
+    ('logits', 'probabilities')
+    """
+    operation = _output_operation(model)
+    if isinstance(operation, keras.Model):
+        return output_kind(operation)
+    activation = getattr(operation, "activation", None)
+    name = getattr(activation, "__name__", None) or type(operation).__name__.lower()
+    return OUTPUT_KINDS.get(name, "features")
+
+
 def outputs_logits(model: keras.Model) -> bool:
-    """Whether `model`'s classifier outputs logits (`classifier_activation` other than
-    softmax, e.g. None) rather than probabilities: what losses and serving need to know."""
-    activation = getattr(model.layers[-1], "activation", None)
-    return getattr(activation, "__name__", "") != "softmax"
+    """Whether a softmax classifier outputs logits (True) or probabilities (False): what a
+    categorical cross-entropy needs to know. Any other output (`output_kind`) is refused."""
+    kind = output_kind(model)
+    if kind not in ("logits", "probabilities"):
+        raise ValueError(
+            "A categorical cross-entropy needs a classifier that outputs logits or softmax "
+            f"probabilities. Received: a model whose output is {kind} ({model.name!r})."
+        )
+    return kind == "logits"
+
+
+def layer_bound(spec: ResNetSpec) -> int:
+    """An upper bound on the layers of `spec`'s model (`len(model.layers)`).
+
+    Example:
+    >>> from keras_preact.specs import get_spec
+    >>> layer_bound(get_spec("resnet-1202"))
+    9616
+    """
+    return LAYERS_PER_CONV * spec.depth
+
+
+def stage_outputs(model: keras.Model) -> dict:
+    """`{"stage1": tensor, ..., "stageN": tensor}`: each stage's output in a model built here.
+
+    A stage's output is its last layer in `model.layers`: Keras lists a functional model's
+    layers in topological order, and every layer of a stage feeds the stage's last one (for
+    scanned stages, the loop `stage{s}_scan` of units 2..n). The last stage's output is
+    taken after the final BN-ReLU (`final_*`) of pre-activation nets, whose units leave their
+    sum un-normalized (as timm's ResNetV2 `forward_intermediates(norm=True)` does); the
+    other stages give what the next stage receives.
+
+    Example:
+    >>> import keras_preact
+    >>> outputs = stage_outputs(keras_preact.build("preact-20", depth=8))
+    >>> {key: t._keras_history.operation.name for key, t in outputs.items()}
+    {'stage1': 'stage1_unit001_add', 'stage2': 'stage2_unit001_add', 'stage3': 'final_relu'}
+    """
+    last: dict[int, keras.layers.Layer] = {}
+    for layer in model.layers:
+        match = STAGE_LAYER.match(layer.name)
+        if match:
+            last[int(match.group(1))] = layer
+        elif layer.name.startswith(FINAL_PREFIX) and last:
+            last[max(last)] = layer
+    if sorted(last) != list(range(1, len(last) + 1)) or not last:
+        raise ValueError(
+            f"Model {model.name!r} has no stage1_* layers (or a stage is missing): build it with "
+            "keras_preact.build() or a keras_preact.applications constructor. Received layers: "
+            f"{[layer.name for layer in model.layers][:5]}..."
+        )
+    return {f"stage{s}": last[s].output for s in sorted(last)}
 
 
 def allow_deep_graph(layers: int) -> None:
@@ -102,6 +212,5 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
                 # The ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
                 skip_pre=spec.family == "imagenet" and s == 1 and u == 1,
             )
-    # Up to ~5 layers per conv (conv, BN, ReLU, Add and the unit's output ops).
-    allow_deep_graph(5 * spec.depth)
+    allow_deep_graph(layer_bound(spec))
     return keras.Model(inputs, head(x, spec), name=name)

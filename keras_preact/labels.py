@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 import numpy as np
+
+from keras_preact.specs import is_positive_int
 
 CIFAR10 = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -20,11 +25,50 @@ CIFAR100 = tuple(
 )
 
 
-def imagenet_names() -> tuple[str, ...]:
-    # tensorflow-datasets ships the 1000 human-readable ImageNet names in index order.
-    from tensorflow_datasets.datasets.siscore import labels
+# The 1000 human-readable ImageNet names in index order, one per line: package data, written
+# once from tensorflow-datasets' `datasets.siscore.labels.IMAGENET_LABELS_LIST` (an internal
+# module of another dataset; tests/test_applications.py checks the copy against it).
+IMAGENET_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "imagenet_classes.txt")
 
-    return tuple(labels.IMAGENET_LABELS_LIST)
+
+def imagenet_names() -> tuple[str, ...]:
+    """The 1000 ImageNet class names in index order.
+
+    Example:
+    >>> imagenet_names()[1]
+    'goldfish, Carassius auratus'
+    """
+    with open(IMAGENET_FILE, encoding="utf-8") as f:
+        return tuple(f.read().splitlines())
+
+
+def as_list(labels) -> list:
+    """`labels` (a list, tuple or array of names) as a list. A single string is refused: it
+    would be taken as one label per character ("abcdefghij" as 10 labels).
+
+    Example:
+    >>> as_list(("cat", "dog"))
+    ['cat', 'dog']
+    """
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, (Sequence, np.ndarray)):
+        raise ValueError(f"`labels` must be a list or tuple of names, one per item. "
+                         f"Received: labels={labels!r}")
+    return list(labels)
+
+
+def check_names(labels, classes: int) -> tuple[str, ...]:
+    """`labels` as a tuple of `classes` strings, one per class; anything else (a single
+    string included, see `as_list`) is a ValueError.
+
+    Example:
+    >>> check_names(["cat", "dog"], 2)
+    ('cat', 'dog')
+    """
+    names = as_list(labels)
+    if len(names) != classes or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"`labels` must be {classes} strings, one per class. Received "
+                         f"{len(names)} items: {names[:3]}...")
+    return tuple(names)
 
 
 def class_names(classes: int) -> tuple[str, ...]:
@@ -56,6 +100,8 @@ def decode_predictions(preds, top: int = 5) -> list[list[tuple[int, str, float]]
         raise ValueError(
             f"`decode_predictions` expects a (batch, classes) array. Received shape {preds.shape}."
         )
+    if not is_positive_int(top):
+        raise ValueError(f"`top` must be a positive integer. Received: top={top!r}")
     names = class_names(preds.shape[1])
     top = min(top, preds.shape[1])
     return [

@@ -20,6 +20,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from keras_preact.labels import as_list
+
 METRICS_FILE = "metrics.csv"
 COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
 
@@ -88,6 +90,7 @@ def plot_runs(
         raise ValueError("`plot_runs` needs at least one run directory. Received: []")
     if labels is None:
         labels = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    labels = as_list(labels)
     if len(labels) != len(run_dirs):
         raise ValueError(
             f"Received {len(labels)} labels for {len(run_dirs)} run directories."
@@ -193,7 +196,7 @@ def plot_prediction(image, labels: Sequence, scores: Sequence[float], *,
     image = np.asarray(image)
     if image.ndim != 3 or image.shape[-1] != 3:
         raise ValueError(f"`image` must be (height, width, 3). Received shape {image.shape}.")
-    names = [n.decode() if isinstance(n, bytes) else str(n) for n in labels]
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in as_list(labels)]
     scores = np.asarray(scores, dtype=float)
     if len(names) != len(scores):
         raise ValueError(f"Received {len(names)} labels for {len(scores)} scores.")

@@ -18,10 +18,16 @@ IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 
 STATS = {"cifar": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD)}
+# Channels of the images these statistics, and every weights file trained with them, are for.
+RGB = len(CIFAR_MEAN)
 
 
 def preprocess_input(x, family: str = "cifar"):
     """Normalizes RGB images in [0, 255] (channels last) per channel.
+
+    The statistics are RGB ones, so other channel counts (grayscale, RGBA, multispectral
+    input of a model built with `weights=None`) are refused: normalize those with
+    statistics of your own data, e.g. `keras.layers.Normalization`.
 
     Args:
         x: uint8 or float images, shape `(..., 3)`, RGB, values in [0, 255].
@@ -29,6 +35,9 @@ def preprocess_input(x, family: str = "cifar"):
 
     Returns:
         float32 tensor of the same shape: `(x - mean) / std`.
+
+    Raises:
+        ValueError: for an unknown `family`, or a last axis of known size other than 3.
 
     Example:
     >>> import numpy as np
@@ -42,6 +51,11 @@ def preprocess_input(x, family: str = "cifar"):
         )
     mean, std = STATS[family]
     x = ops.cast(x, "float32")
+    if tuple(x.shape[-1:]) not in ((RGB,), (None,)):  # None: unknown while tracing
+        raise ValueError(
+            "`preprocess_input` normalizes RGB images with per-channel statistics: the last "
+            f"axis must have 3 channels. Received: x.shape={tuple(x.shape)}"
+        )
     return (x - ops.convert_to_tensor(mean, "float32")) / ops.convert_to_tensor(
         std, "float32"
     )
@@ -78,7 +92,8 @@ def resize_for_eval(images, family: str, size: int | None = None):
     if family not in EVAL_SIZE:
         raise ValueError(f"Unknown family {family!r}. Valid: {sorted(EVAL_SIZE)}.")
     size = size or EVAL_SIZE[family]
-    images = tf.cast(images, tf.float32)
+    # No cast first: tf.image.resize reads uint8 and returns float32, so a large input is never
+    # copied at full size as floats (192 MB for a 4096x4096 image).
     if family == "cifar":
         return tf.image.resize(images, (size, size))
     shape = tf.shape(images)

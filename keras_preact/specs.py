@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import math
+import numbers
 
 # Fig. 4 (a)-(e): where BN and ReLU sit in a residual unit.
 UNITS = ("original", "bn-after-add", "relu-before-add", "relu-only-preact", "full-preact")
@@ -65,29 +67,53 @@ class ResNetSpec:
     paper_result: str = ""  # the paper's test error for this exact network, if any
 
     def __post_init__(self):
+        # Every field is checked here, whatever made the spec (build, the constructors,
+        # `--override` JSON): a wrong type is a clear ValueError, never a later TypeError.
         _check_choice("family", self.family, FAMILIES)
         _check_choice("block", self.block, BLOCKS)
         _check_choice("unit", self.unit, UNITS)
         _check_choice("shortcut", self.shortcut, SHORTCUTS)
         _check_choice("pooling", self.pooling, POOLINGS)
         stages = 3 if self.family == "cifar" else 4
-        units = tuple(self.units)
-        if len(units) != stages or not all(isinstance(n, int) and n >= 1 for n in units):
+        units = self.units
+        if not (_is_sequence(units) and len(units) == stages and all(map(is_positive_int, units))):
             raise ValueError(
                 f"`units` must be {stages} positive integers for the {self.family} "
-                f"family. Received: units={self.units!r}"
+                f"family. Received: units={units!r}"
             )
-        object.__setattr__(self, "units", units)
-        if not (isinstance(self.classes, int) and self.classes >= 1):
-            raise ValueError(f"`classes` must be a positive integer. Received: {self.classes!r}")
-        shape = tuple(self.input_shape)
-        if len(shape) != 3 or shape[-1] != 3:
+        self._set("units", tuple(int(n) for n in units))
+        for field, low, high in NUMBERS:
+            self._set(field, _number(field, getattr(self, field), low, high))
+        if not is_positive_int(self.classes):
             raise ValueError(
-                f"`input_shape` must be (height, width, 3), channels last. Received: {self.input_shape!r}"
+                f"`classes` must be a positive integer. Received: classes={self.classes!r}"
             )
-        object.__setattr__(self, "input_shape", shape)
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"`dropout_rate` must be in [0, 1). Received: {self.dropout_rate!r}")
+        self._set("classes", int(self.classes))
+        shape = self.input_shape
+        if not (_is_sequence(shape) and len(shape) == 3 and is_positive_int(shape[2])
+                and all(d is None or is_positive_int(d) for d in shape[:2])):
+            raise ValueError(
+                "`input_shape` must be (height, width, channels), channels last: positive "
+                f"integers, height and width may be None. Received: input_shape={shape!r}"
+            )
+        self._set("input_shape", tuple(None if d is None else int(d) for d in shape))
+        if not isinstance(self.include_top, bool):
+            raise ValueError(
+                f"`include_top` must be True or False. Received: include_top={self.include_top!r}"
+            )
+        if not (self.classifier_activation is None or _is_activation(self.classifier_activation)):
+            raise ValueError(
+                "`classifier_activation` must be None or the name of a Keras activation, e.g. "
+                f"'softmax'. Received: classifier_activation={self.classifier_activation!r}"
+            )
+        if not isinstance(self.paper_result, str):
+            raise ValueError(
+                f"`paper_result` must be a string. Received: paper_result={self.paper_result!r}"
+            )
+
+    def _set(self, field: str, value) -> None:
+        """Stores the normalized form of a checked field (numpy scalars become int/float)."""
+        object.__setattr__(self, field, value)
 
     @property
     def depth(self) -> int:
@@ -109,6 +135,43 @@ class ResNetSpec:
         return self.unit in ("relu-only-preact", "full-preact")
 
 
+# Numeric fields and their valid range [low, high).
+NUMBERS = (
+    ("shortcut_scale", -math.inf, math.inf),
+    ("residual_scale", -math.inf, math.inf),
+    ("gate_bias", -math.inf, math.inf),
+    ("dropout_rate", 0.0, 1.0),
+)
+
+
+def _is_sequence(value) -> bool:
+    return isinstance(value, (tuple, list))
+
+
+def is_positive_int(value) -> bool:
+    """A positive integer, numpy's included; True is not one (bool is an int in Python)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _number(field: str, value, low: float, high: float) -> float:
+    """`value` as a float if it is a finite real number in [low, high), else ValueError."""
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            and low <= value < high):
+        return float(value)
+    valid = "a finite number" if math.isinf(low) else f"a number in [{low:g}, {high:g})"
+    raise ValueError(f"`{field}` must be {valid}. Received: {field}={value!r}")
+
+
+def _is_activation(name) -> bool:
+    """Whether `name` is a string naming a Keras activation ("softmax", "sigmoid", ...)."""
+    import keras
+
+    try:
+        return isinstance(name, str) and callable(keras.activations.get(name))
+    except ValueError:
+        return False
+
+
 def _check_choice(field: str, value, valid: tuple) -> None:
     if value not in valid:
         raise ValueError(f"Unknown {field} {value!r}. Valid {field}s: {list(valid)}.")
@@ -127,12 +190,12 @@ def units_for_depth(family: str, block: str, depth: int) -> tuple[int, ...]:
             )
         return IMAGENET_UNITS[(block, depth)]
     step = 3 * CONVS_PER_UNIT[block]
-    if not isinstance(depth, int) or depth < step + 2 or (depth - 2) % step:
+    if not is_positive_int(depth) or depth < step + 2 or (depth - 2) % step:
         raise ValueError(
             f"CIFAR nets with {block!r} units have depth {step}n+2 (n >= 1), e.g. "
             f"{[step * n + 2 for n in (1, 3, 18)]}. Received: depth={depth!r}"
         )
-    return ((depth - 2) // step,) * 3
+    return ((int(depth) - 2) // step,) * 3
 
 
 def resolve(name: str, **overrides) -> ResNetSpec:

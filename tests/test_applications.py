@@ -1,17 +1,42 @@
 """Keras-Applications-style constructors, weights loading, pre/post-processing, `list` CLI."""
 
 import inspect
+import sys
 
 import numpy as np
 import pytest
 
 import keras
 import keras_preact
-from keras_preact import applications, cli, preprocessing
+from keras_preact import applications, cli, labels, plotting, preprocessing, specs
+
+# The channels of the last feature map (Keras' `last_dim`): 64 / 256 for CIFAR basic /
+# bottleneck nets, 512 / 2048 on ImageNet.
+LAST_DIM = {
+    **dict.fromkeys(["ResNet20", "ResNet32", "ResNet44", "ResNet56", "ResNet110", "ResNet1202",
+                     "PreActResNet20", "PreActResNet32", "PreActResNet44", "PreActResNet56",
+                     "PreActResNet110"], 64),
+    **dict.fromkeys(["ResNet164", "ResNet1001", "PreActResNet164", "PreActResNet1001"], 256),
+    **dict.fromkeys(["ResNet18", "ResNet34", "PreActResNet18", "PreActResNet34"], 512),
+    **dict.fromkeys(["ResNet50", "ResNet101", "ResNet152", "ResNet200", "PreActResNet50",
+                     "PreActResNet101", "PreActResNet152", "PreActResNet200"], 2048),
+}
+# Keras' own applications test (keras/src/applications/applications_test.py) on real models,
+# for a representative subset: each family with both units (original, full pre-activation),
+# basic and bottleneck blocks. Building all 27 takes minutes on 2 cores (ResNet1202 alone
+# ~50 s); every constructor is checked on the spec it builds instead (below).
+REPRESENTATIVE = ["ResNet20", "PreActResNet20", "ResNet18", "PreActResNet50"]
+
+
+def output_side(model: keras.Model, side: int) -> int:
+    """Same-padded stride-2 layers: CIFAR nets downsample twice, ImageNet nets 5 times."""
+    downsamplings = {"cifar": 2, "imagenet": 5}[preprocessing.family_of(model)]
+    return -(-side // 2**downsamplings)
 
 
 def test_every_constructor_builds_its_registered_network():
     assert len(applications.CONSTRUCTORS) == 27
+    assert set(LAST_DIM) == set(applications.CONSTRUCTORS)
     for public, constructor in applications.CONSTRUCTORS.items():
         assert getattr(applications, public) is constructor
         params = list(inspect.signature(constructor).parameters)
@@ -110,3 +135,169 @@ def test_list_command(capsys):
     assert table[2] == "| resnet-20 | cifar | 20 | original | identity | 0.27M | 8.75 (He et al. 2015) |"
     assert cli.main(["list", "nope-*"]) == 2
     assert "No model matches 'nope-*'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def built_specs(monkeypatch):
+    """Replaces the builder: records (spec, name, input_tensor) of each constructor call."""
+    calls = []
+
+    def record(spec, name="resnet", input_tensor=None, stages="layers"):
+        calls.append((spec, name, input_tensor))
+        return "model"
+
+    monkeypatch.setattr(applications, "build_from_spec", record)
+    return calls
+
+
+@pytest.mark.parametrize("public", list(applications.CONSTRUCTORS))
+def test_every_constructor_follows_the_applications_contract(public, built_specs):
+    constructor = applications.CONSTRUCTORS[public]
+    # Any channel count without weights (grayscale, RGBA, multispectral), any size.
+    constructor(weights=None, include_top=False, input_shape=(None, None, 1))
+    constructor(include_top=False, input_shape=(123, 123, 4), pooling="max")
+    tensor = keras.Input((50, 60, 2))
+    constructor(include_top=False, input_tensor=tensor, pooling="avg")
+    constructor(classes=3, classifier_activation=None, name="mine")
+    constructor()
+    (gray, name, _), (rgba, _, _), (tensor_spec, _, passed), (small, mine, _), (default, _, _) = (
+        built_specs)
+    assert gray.input_shape == (None, None, 1) and not gray.include_top and gray.pooling is None
+    assert gray.widths[-1] * specs.EXPANSION[gray.block] == LAST_DIM[public]
+    assert rgba.input_shape == (123, 123, 4) and rgba.pooling == "max"
+    assert tensor_spec.input_shape == (50, 60, 2) and passed is tensor and tensor_spec.pooling == "avg"
+    assert (small.classes, small.classifier_activation, mine) == (3, None, "mine")
+    assert default.include_top and default.classifier_activation == "softmax"
+    assert default.input_shape == ((32, 32, 3) if default.family == "cifar" else (224, 224, 3))
+    assert keras_preact.get_spec(name).units == gray.units  # named after its registered net
+    # Weights were trained on RGB images: their stem conv takes 3 channels.
+    with pytest.raises(ValueError, match=r"3 channels.*Received: input_shape=\(None, None, 1\)"):
+        constructor(weights="cifar10", include_top=False, input_shape=(None, None, 1))
+    with pytest.raises(ValueError, match="Received: input_shape=\\(32, 32, 3\\) and an "
+                                         "input_tensor of shape \\(None, 50, 60, 2\\)"):
+        constructor(input_shape=(32, 32, 3), input_tensor=tensor)
+    constructor(input_shape=(None, None, 2), input_tensor=tensor)  # None matches any size
+    assert len(built_specs) == 6 and built_specs[-1][0].input_shape == (50, 60, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"classes": True}, "Received: classes=True"),
+    ({"include_top": "no"}, "Received: include_top='no'"),
+    ({"input_shape": (0, 0, 3)}, "Received: input_shape=(0, 0, 3)"),
+    ({"pooling": "mean"}, "Valid poolings: [None, 'avg', 'max']"),
+    ({"classifier_activation": "sofmax"}, "Received: classifier_activation='sofmax'"),
+])
+def test_bad_constructor_arguments_are_clear_errors(kwargs, message, built_specs):
+    with pytest.raises(ValueError) as info:
+        applications.PreActResNet20(**kwargs)
+    assert message in str(info.value)
+    assert not built_specs
+
+
+@pytest.mark.parametrize("public", REPRESENTATIVE)
+def test_notop_variable_input_channels(public):
+    constructor, last_dim = applications.CONSTRUCTORS[public], LAST_DIM[public]
+    model = constructor(weights=None, include_top=False, input_shape=(None, None, 1))
+    assert list(model.outputs[0].shape) == [None, None, None, last_dim]
+    assert model.get_layer("stem_conv").kernel.shape[2] == 1
+    y = model(np.zeros((1, 40, 40, 1), "float32"))
+    assert y.shape == (1, output_side(model, 40), output_side(model, 40), last_dim)
+
+
+@pytest.mark.parametrize("public", REPRESENTATIVE)
+def test_notop_custom_input_tensor_shape_and_pooling(public):
+    constructor, last_dim = applications.CONSTRUCTORS[public], LAST_DIM[public]
+    # Keras' test: a 4-channel input turned into 3 channels by a layer of the user's own.
+    inputs = keras.Input((246, 246, 4), name="custom_input")
+    tensor = keras.layers.Conv2D(3, 2, strides=2)(inputs)
+    model = constructor(weights=None, include_top=False, input_tensor=tensor)
+    side = output_side(model, 123)
+    assert list(model.outputs[0].shape) == [None, side, side, last_dim]
+    assert len(model.inputs) == 1 and model.inputs[0] is inputs
+    # And 4 channels (RGBA), pooled.
+    pooled = constructor(weights=None, include_top=False, pooling="max", input_shape=(None, None, 4))
+    assert list(pooled.outputs[0].shape) == [None, last_dim]
+    assert pooled.layers[-1].name == "max_pool"
+    assert pooled.get_layer("stem_conv").kernel.shape[2] == 4
+
+
+@pytest.mark.parametrize("public", REPRESENTATIVE)
+def test_classifier_and_serialization_round_trips(public, tmp_path):
+    constructor = applications.CONSTRUCTORS[public]
+    model = constructor(weights=None, input_shape=(40, 40, 3), classes=5)
+    assert model.layers[-1].activation.__name__ == "softmax"
+    assert model.output.shape == (None, 5)
+    x = np.random.default_rng(0).uniform(0, 255, (2, 40, 40, 3)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(x))
+    np.testing.assert_allclose(expected.sum(axis=1), 1.0, rtol=1e-5)
+    model.save(tmp_path / "m.keras")
+    rebuilt = {  # to_json holds get_config's config
+        "to_json": keras.models.model_from_json(model.to_json()),
+        ".keras": keras_preact.load_model(str(tmp_path / "m.keras")),
+    }
+    for how, other in rebuilt.items():
+        assert [layer.name for layer in other.layers] == [layer.name for layer in model.layers], how
+        other.set_weights(model.get_weights())
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(other(x)), expected, atol=1e-6,
+                                   err_msg=how)
+    logits = constructor(weights=None, include_top=True, classifier_activation=None,
+                         input_shape=(40, 40, 3))
+    assert logits.layers[-1].activation.__name__ == "linear"
+
+
+def test_weights_need_rgb_input(tmp_path):
+    path = tmp_path / "rgb.weights.h5"
+    applications.PreActResNet20().save_weights(path)
+    with pytest.raises(ValueError) as info:
+        applications.PreActResNet20(weights=str(path), input_shape=(32, 32, 1))
+    assert str(info.value) == (
+        "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels (the "
+        "stem conv was trained on 3). Use weights=None for other channel counts. Received: "
+        "input_shape=(32, 32, 1)")
+
+
+def test_preprocess_input_refuses_other_channel_counts():
+    for channels in (1, 4):
+        with pytest.raises(ValueError) as info:
+            applications.preprocess_input(np.zeros((1, 8, 8, channels), "uint8"))
+        assert str(info.value) == (
+            "`preprocess_input` normalizes RGB images with per-channel statistics: the last "
+            f"axis must have 3 channels. Received: x.shape=(1, 8, 8, {channels})")
+
+
+@pytest.mark.parametrize("top", [-1, 0, True, 2.5, "3"])
+def test_decode_predictions_refuses_a_bad_top(top):
+    with pytest.raises(ValueError) as info:
+        applications.decode_predictions(np.eye(10)[[3]], top=top)
+    assert str(info.value) == f"`top` must be a positive integer. Received: top={top!r}"
+
+
+def test_imagenet_names_ship_with_the_package(monkeypatch):
+    from tensorflow_datasets.datasets.siscore import labels as tfds_labels
+
+    shipped = labels.imagenet_names()
+    assert shipped == tuple(tfds_labels.IMAGENET_LABELS_LIST)
+    assert len(shipped) == len(set(shipped)) == 1000
+    # Read from the package's own file, not from another dataset's internal module.
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets.datasets.siscore.labels", None)
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+    assert labels.imagenet_names() == shipped
+    assert labels.IMAGENET_FILE.endswith("keras_preact/imagenet_classes.txt")
+
+
+def test_a_string_is_not_a_list_of_labels(tmp_path):
+    from keras_preact import export
+
+    model = keras_preact.build("preact-20", depth=8)
+    with pytest.raises(ValueError) as info:
+        export.export_saved_model(model, str(tmp_path), labels="abcdefghij")
+    assert str(info.value) == ("`labels` must be a list or tuple of names, one per item. "
+                               "Received: labels='abcdefghij'")
+    assert not list(tmp_path.iterdir())
+    assert labels.check_names(np.array(["a", "b"]), 2) == ("a", "b")
+    with pytest.raises(ValueError, match="must be 2 strings, one per class. Received 3 items"):
+        labels.check_names(["a", "b", "c"], 2)
+    with pytest.raises(ValueError, match="Received: labels='ab'"):
+        plotting.plot_runs(["run1", "run2"], labels="ab")
+    with pytest.raises(ValueError, match="Received: labels='ab'"):
+        plotting.plot_prediction(np.zeros((8, 8, 3), "uint8"), "ab", [0.7, 0.2])

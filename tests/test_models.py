@@ -1,15 +1,17 @@
 """The model zoo: every registered name builds, runs, saves and loads; faithful structure."""
 
+import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
 
 import keras
 import keras_preact
-from keras_preact import specs
+from keras_preact import builder, cli, specs
 
 ALL = keras_preact.list_models()
 
@@ -263,8 +265,32 @@ def test_keras_file_round_trip(name, tmp_path):
         ({"name": "preact-110", "widht": 2}, "Unknown override(s) ['widht']"),
         ({"name": "preact-110", "units": (1, 1)}, "Received: units=(1, 1)"),
         ({"name": "preact-110", "pooling": "mean"}, "Valid poolings: [None, 'avg', 'max']"),
-        ({"name": "preact-110", "input_shape": (32, 32)}, "Received: (32, 32)"),
+        ({"name": "preact-110", "input_shape": (32, 32)}, "Received: input_shape=(32, 32)"),
         ({"name": "preact-110", "depth": 20, "units": (3, 3, 3)}, "not both"),
+        # Every field's type is checked where the spec is made (the reliability issue).
+        ({"name": "preact-20", "classes": True}, "`classes` must be a positive integer. "
+         "Received: classes=True"),
+        ({"name": "preact-20", "classes": 2.0}, "Received: classes=2.0"),
+        ({"name": "preact-20", "include_top": "no"}, "`include_top` must be True or False. "
+         "Received: include_top='no'"),
+        ({"name": "preact-20", "input_shape": (0, 0, 3)}, "Received: input_shape=(0, 0, 3)"),
+        ({"name": "preact-20", "input_shape": (32, 32, 0)}, "Received: input_shape=(32, 32, 0)"),
+        ({"name": "preact-20", "input_shape": "abc"}, "Received: input_shape='abc'"),
+        ({"name": "preact-20", "input_shape": (32.0, 32, 3)}, "Received: input_shape=(32.0, 32, 3)"),
+        ({"name": "preact-20", "units": 5}, "Received: units=5"),
+        ({"name": "preact-20", "units": (1, True, 1)}, "Received: units=(1, True, 1)"),
+        ({"name": "preact-20", "dropout_rate": "a"}, "`dropout_rate` must be a number in [0, 1). "
+         "Received: dropout_rate='a'"),
+        ({"name": "preact-20", "dropout_rate": 1.0}, "Received: dropout_rate=1.0"),
+        ({"name": "preact-20", "gate_bias": None}, "`gate_bias` must be a finite number. "
+         "Received: gate_bias=None"),
+        ({"name": "preact-20", "shortcut_scale": float("nan")}, "Received: shortcut_scale=nan"),
+        ({"name": "preact-20", "residual_scale": "0.5"}, "Received: residual_scale='0.5'"),
+        ({"name": "preact-20", "classifier_activation": "sofmax"},
+         "`classifier_activation` must be None or the name of a Keras activation, e.g. "
+         "'softmax'. Received: classifier_activation='sofmax'"),
+        ({"name": "preact-20", "classifier_activation": 3}, "Received: classifier_activation=3"),
+        ({"name": "preact-20", "unit": ["full-preact"]}, "Valid units: ['original'"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, message):
@@ -284,6 +310,90 @@ def test_load_model_round_trip_and_errors(tmp_path):
     (tmp_path / "bad.keras").write_text("not a zip")
     with pytest.raises(ValueError, match="is not a .keras model file"):
         keras_preact.load_model(str(tmp_path / "bad.keras"))
+
+
+def test_a_string_override_where_a_number_is_expected_is_a_cli_error(tmp_path, capsys):
+    argv = ["train", "preact-20", "--output", str(tmp_path / "run"), "--override", 'dropout_rate="a"']
+    assert cli.main(argv) == 2
+    assert "`dropout_rate` must be a number in [0, 1). Received: dropout_rate='a'" in (
+        capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_valid_specs_are_normalized():
+    spec = keras_preact.resolve("preact-20", input_shape=[np.int64(40), None, 1],
+                                units=[np.int32(1), 2, 3], dropout_rate=np.float32(0.25))
+    assert spec.input_shape == (40, None, 1) and type(spec.input_shape[0]) is int
+    assert spec.units == (1, 2, 3) and type(spec.units[0]) is int
+    assert spec.dropout_rate == 0.25 and type(spec.dropout_rate) is float
+
+
+def write_keras_file(path, config) -> str:
+    """A `.keras` zip holding only `config.json`: what load_model reads before Keras does."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", json.dumps(config))
+    return str(path)
+
+
+def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path, monkeypatch):
+    """A small file must not make load_model raise Python's recursion limit to its liking
+    (100k chained layers: 0.9 MB, 247 s and 2.5 GB before failing)."""
+    limit = sys.getrecursionlimit()
+    layer = {"class_name": "ReLU", "config": {}}
+    flat = write_keras_file(tmp_path / "flat.keras",
+                            {"class_name": "Functional", "config": {"layers": [layer] * 100_000}})
+    with pytest.raises(ValueError) as info:
+        keras_preact.load_model(flat)
+    assert str(info.value) == (
+        f"{flat!r} asks for a graph of 100000 layers; load_model builds at most "
+        f"max_layers={keras_preact.MAX_LAYERS} (pass a larger max_layers for a trusted file).")
+    # Layers of nested models count too.
+    inner = {"class_name": "Functional", "config": {"layers": [layer] * keras_preact.MAX_LAYERS}}
+    nested = write_keras_file(tmp_path / "nested.keras",
+                              {"class_name": "Functional", "config": {"layers": [inner]}})
+    with pytest.raises(ValueError, match=f"{keras_preact.MAX_LAYERS + 1} layers"):
+        keras_preact.load_model(nested)
+    assert keras_preact._count_layers(  # malformed nested configs count as no layers
+        {"config": {"layers": [{"config": {"layers": 5}}, {"config": "x"}, 7]}}, "odd.keras") == 3
+    assert sys.getrecursionlimit() == limit
+    # The size of config.json is bounded too, before it is read (a small zip can inflate to
+    # much more): preact-20's is 72 kB, about 1 kB per layer.
+    real = tmp_path / "real.keras"
+    keras_preact.build("preact-20").save(real)
+    with pytest.raises(ValueError, match=r"real.keras' holds a config.json of \d+ bytes; load_model "
+                                         r"reads at most 20480 for max_layers=10"):
+        keras_preact.load_model(str(real), max_layers=10)
+    assert keras_preact.load_model(str(real), max_layers=80).name == "preact-20"
+
+
+@pytest.mark.parametrize("config", [[1, 2], "model", {"config": [1]}, {"config": {"layers": 3}}])
+def test_load_model_refuses_a_config_of_the_wrong_shape(config, tmp_path):
+    path = write_keras_file(tmp_path / "odd.keras", config)
+    with pytest.raises(ValueError, match=r"is not a .keras model file \(config.json"):
+        keras_preact.load_model(path)
+
+
+def test_load_model_refuses_deeply_nested_json(tmp_path):
+    path = tmp_path / "nested.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "[" * 100_000)
+    with pytest.raises(ValueError, match="is not a .keras model file"):
+        keras_preact.load_model(str(path))
+
+
+def test_max_layers_bounds_every_registered_network():
+    # resnet-1202, the largest registered net, has 4208 layers (len(model.layers)); the
+    # bound is layer_bound's 8 layers per weighted layer, which the tightest unit reaches.
+    assert keras_preact.MAX_LAYERS == max(
+        builder.layer_bound(keras_preact.get_spec(n)) for n in ALL) == 8 * 1202
+    # One-conv units with a gated shortcut reach the bound, up to the stem and head's slack.
+    tightest = keras_preact.resolve("resnet-20", units=(6, 6, 6), block="single",
+                                    shortcut="exclusive-gating")
+    assert 0 <= builder.layer_bound(tightest) - len(builder.build_from_spec(tightest).layers) <= 16
+    for unit in specs.UNITS:
+        spec = keras_preact.resolve("resnet-20", units=(2, 1, 1), block="single", unit=unit,
+                                    shortcut="exclusive-gating")
+        assert len(builder.build_from_spec(spec).layers) <= builder.layer_bound(spec)
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
