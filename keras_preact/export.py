@@ -8,6 +8,9 @@ class names are TensorFlow ops in its signatures (see `keras_preact.serving.sign
 - `serving_bytes`: `image_bytes` string `[batch]` of JPEG/PNG files -> the same outputs;
 - `classify`: `inputs` string `[batch]` of tf.Examples with `image/encoded` -> `classes` (label
   strings) and `scores`, TF Serving's Classify API contract.
+
+The image limits are in `keras_preact.serving.signatures` (`MAX_SIDE`, `MAX_ASPECT_RATIO`), the
+rules for model names and versions in `keras_preact.serving.layout`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Sequence
 import keras
 
 from keras_preact import load_model, scan
-from keras_preact.serving.layout import publish_version, sanitize_name
+from keras_preact.serving.layout import check_name, check_version, publish_version
 
 RUN_FILES = ("model.keras", "config.json")
 
@@ -53,6 +56,10 @@ def load_for_export(model_or_path) -> tuple[keras.Model, str]:
             raise ValueError(
                 f"{config_path} must be a JSON object with a \"model\" entry. Received error: {e!r}"
             ) from None
+        if not isinstance(name, str):  # e.g. null, which would export a model named "None"
+            raise ValueError(
+                f"The \"model\" entry of {config_path} must be a string. Received: {name!r}"
+            )
         return load_model(path, compile=False), name
     if os.path.isfile(path) and path.endswith(".keras"):
         model = load_model(path, compile=False)
@@ -73,9 +80,14 @@ def serving_form(model: keras.Model) -> keras.Model:
     if scan.is_scanned(model):
         return model
     try:
-        return scan.to_scanned(model)
+        scanned = scan.to_scanned(model)
     except ValueError:  # not a full pre-activation net of keras_preact.build
         return model
+    # to_scanned rebuilds the net from its layers: ops outside layers (keras.ops.sigmoid on
+    # the output) and extra outputs would be dropped, so such a model is exported as it is.
+    if len(model.outputs) != 1 or len(model.operations) != len(model.layers):
+        return model
+    return scanned
 
 
 def export_saved_model(
@@ -89,16 +101,23 @@ def export_saved_model(
     """Exports a classifier for TF Serving as `base_dir/NAME/VERSION/`; returns that path.
 
     Args:
-        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir.
+        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir. Its one output
+            must be logits (softmax is added), softmax or sigmoid probabilities (served as
+            they are); feature extractors and multi-output models are refused (ValueError).
         base_dir: the directory TF Serving's `--model_base_path` (or models.config) points
             above: the model goes to `base_dir/NAME/`.
-        name: directory/model name; default the run dir's config `"model"` or `model.name`.
-        version: a positive integer; default the next free one. Existing versions are never
-            overwritten (FileExistsError).
+        name: model and directory name (`keras_preact.serving.layout.check_name`); default the
+            run dir's config `"model"` or `model.name`.
+        version: a positive integer within int64; default the next free one. Existing
+            versions are never overwritten (FileExistsError).
         labels: class names in index order; default `keras_preact.labels.class_names`.
 
     Returns:
         The new version directory (`saved_model.pb`, `variables/`, `assets.extra/`).
+
+    Raises:
+        OSError: the file system failed (permission, read-only, disk full, ...); the message
+            names the path. Nothing is left half-written.
 
     Example:
     >>> import tempfile, keras_preact
@@ -108,32 +127,31 @@ def export_saved_model(
     """
     import tensorflow as tf
 
-    from keras_preact.labels import class_names
     from keras_preact.serving.signatures import build_signatures, model_side
     from keras_preact.serving.warmup import write_warmup
 
+    check_version(version)  # the arguments first: loading a model takes a while
+    name = None if name is None else check_name(name)
     model, default_name = load_for_export(model_or_path)
+    name = name or check_name(default_name)
     model = serving_form(model)
-    name = sanitize_name(name or default_name)
-    classes = model.output_shape[-1]
-    labels = list(class_names(classes) if labels is None else labels)
-    if len(labels) != classes or not all(isinstance(s, str) for s in labels):
-        raise ValueError(
-            f"`labels` must be {classes} strings, one per class. Received {len(labels)} items."
-        )
+    functions = build_signatures(model, labels)  # refuses a model or labels it cannot serve
     side = model_side(model)
 
     def write(tmp_dir: str) -> None:
         # Plain tf.saved_model.save of concrete functions: the signature keys, input names and
         # dtypes are exactly the TensorSpecs'. (keras.export.ExportArchive gives the same
         # signatures but re-traces them while saving: twice the time for preact-1001.)
-        signatures = {
-            key: fn.get_concrete_function()
-            for key, fn in build_signatures(model, labels).items()
-        }
+        signatures = {key: fn.get_concrete_function() for key, fn in functions.items()}
         root = tf.Module()
         root.model_variables = list(model.variables)  # what the signatures capture
-        tf.saved_model.save(root, tmp_dir, signatures=signatures)
-        write_warmup(tmp_dir, name, side)
+        try:
+            tf.saved_model.save(root, tmp_dir, signatures=signatures)
+            write_warmup(tmp_dir, name, side)
+        except tf.errors.OpError as e:
+            # TensorFlow's file system reports OS errors as its own types: "PATH; REASON".
+            reason = e.message.rsplit("; ", 1)[-1].split(" [Op:")[0]
+            where = os.path.dirname(tmp_dir)
+            raise OSError(f"Cannot write the export in {where}: {reason}") from None
 
     return publish_version(os.path.join(os.fspath(base_dir), name), version, write)

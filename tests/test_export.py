@@ -17,19 +17,21 @@ import sys
 import textwrap
 import zlib
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_preact
+from keras_preact.builder import output_kind, outputs_logits
 from keras_preact.export import export_saved_model
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import preprocess_input, resize_for_eval
-from keras_preact.serving.signatures import MAX_SIDE
+from keras_preact.serving.signatures import MAX_ASPECT_RATIO, MAX_SIDE, crop_aspect_ratio
 
 PROBE = textwrap.dedent(
     """
-    import base64, json, sys
+    import base64, json, resource, sys
 
     # A None entry makes `import keras...` raise ImportError (and find_spec answer None).
     for blocked in ("keras", "keras_preact", "tf_keras"):
@@ -57,10 +59,14 @@ PROBE = textwrap.dedent(
             yield request.model_spec.signature_name, {
                 k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
 
+    def peak_mb():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
     plan = json.load(open(sys.argv[1]))
-    results, models = {}, {}
+    results, models, growth = {}, {}, {}
     for case in plan:
         model = models.setdefault(case["dir"], tf.saved_model.load(case["dir"]))
+        before = peak_mb()
         if case.get("warmup"):
             results[case["id"]] = [
                 [name, sorted(model.signatures[name](**inputs))]
@@ -72,6 +78,8 @@ PROBE = textwrap.dedent(
             results[case["id"]] = {k: encode(v) for k, v in out.items()}
         except Exception as e:
             results[case["id"]] = {"error": type(e).__name__, "message": str(e)[:2000]}
+        growth[case["id"]] = peak_mb() - before  # MB above the process's peak so far
+    results["peak_growth_mb"] = growth
     results["keras_imported"] = [
         m for m, mod in sys.modules.items() if m.split(".")[0] in ("keras", "keras_preact") and mod]
     json.dump(results, open(sys.argv[2], "w"))
@@ -131,6 +139,10 @@ CIFAR_32 = RNG.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
 CIFAR_ODD = RNG.integers(0, 256, (2, 45, 37, 3), dtype=np.uint8)
 IMAGENET_ODD = RNG.integers(0, 256, (2, 90, 71, 3), dtype=np.uint8)
 MIXED = [RNG.integers(0, 256, s, dtype=np.uint8) for s in ((32, 32, 3), (50, 20, 3), (7, 9, 3))]
+# Thin images: the ImageNet geometry scales the shorter side up, so these once took
+# 256 x 1,048,576 floats (3 GB) at side 224, and 73 x 299,008 (262 MB) at the side 64 used here.
+WIDE = RNG.integers(0, 256, (1, MAX_SIDE, 3), dtype=np.uint8)
+TALL = RNG.integers(0, 256, (MAX_SIDE, 1, 3), dtype=np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +176,11 @@ def exported(tmp_path_factory):
         "c_jpeg": (c_dir, "serving_bytes", image_bytes([jpeg])),
         "c_example": (c_dir, "classify", examples([png(m) for m in MIXED])),
         "i_example": (i_dir, "classify", examples([png(IMAGENET_ODD[0])])),
+        # Thin images right after small requests: their peak memory growth is measured.
+        "i_wide": (i_dir, "serving_default", images(WIDE[None])),
+        "i_tall_png": (i_dir, "serving_bytes", image_bytes([png(TALL)])),
+        "i_tall_example": (i_dir, "classify", examples([png(TALL)])),
+        "c_wide": (c_dir, "serving_default", images(WIDE[None])),
         # Bad inputs, each followed by the loaded model answering "c32" again.
         "bad_float": (c_dir, "serving_default", images(CIFAR_32.astype("float32"))),
         "bad_rank": (c_dir, "serving_default", images(CIFAR_32[0])),
@@ -279,6 +296,63 @@ def test_bad_images_are_invalid_argument(exported, case, message):
     assert message in out["message"]
 
 
+def cropped_reference(model, image: np.ndarray, family: str, side: int) -> np.ndarray:
+    return reference(model, crop_aspect_ratio(tf.constant(image[None])).numpy(), family, side)
+
+
+@pytest.mark.parametrize(
+    "case, key, image, family, side",
+    [
+        ("i_wide", "i", WIDE, "imagenet", 64),
+        ("i_tall_png", "i", TALL, "imagenet", 64),
+        ("c_wide", "c", WIDE, "cifar", 32),
+    ],
+)
+def test_thin_images_are_centre_cropped_to_the_max_aspect_ratio(
+    exported, case, key, image, family, side
+):
+    model = exported["models"][key]
+    expected = cropped_reference(model, image, family, side)
+    check_outputs(exported["out"][case], expected, class_names(model.output_shape[-1]))
+
+
+def test_thin_images_take_little_memory_in_every_signature(exported):
+    out = exported["out"]
+    assert out["i_tall_example"]["classes"] == out["i_tall_png"]["labels"]
+    for case in ("i_wide", "i_tall_png", "i_tall_example", "c_wide"):
+        assert out["peak_growth_mb"][case] < 100, (case, out["peak_growth_mb"][case])
+
+
+def test_crop_aspect_ratio_bounds_the_longer_side_only():
+    image = tf.reshape(tf.range(10 * 43 * 3), (10, 43, 3))
+    cropped = crop_aspect_ratio(image).numpy()
+    np.testing.assert_array_equal(cropped, image.numpy()[:, 1:41])  # centre 40 = 4 x 10
+    batch = tf.zeros((2, 4 * MAX_ASPECT_RATIO + 3, 4, 3), tf.uint8)
+    assert crop_aspect_ratio(batch).shape == (2, 4 * MAX_ASPECT_RATIO, 4, 3)
+    within = tf.constant(IMAGENET_ODD)
+    np.testing.assert_array_equal(crop_aspect_ratio(within).numpy(), IMAGENET_ODD)
+
+
+@pytest.mark.parametrize(
+    "signature, inputs",
+    [
+        ("serving_default", {"images": np.zeros((0, 32, 32, 3), np.uint8)}),
+        ("serving_default", {"images": np.zeros((0, 0, 0, 3), np.uint8)}),
+        ("serving_bytes", {"image_bytes": tf.constant([], tf.string)}),
+        ("classify", {"inputs": tf.constant([], tf.string)}),
+    ],
+)
+def test_a_batch_of_zero_gets_empty_outputs(exported, signature, inputs):
+    out = tf.saved_model.load(exported["dirs"]["c"]).signatures[signature](**inputs)
+    expected = {
+        "probabilities": ((0, 10), tf.float32), "classes": ((0, 5), tf.int64),
+        "scores": ((0, 5), tf.float32), "labels": ((0, 5), tf.string),
+    }
+    if signature == "classify":
+        expected = {"classes": ((0, 5), tf.string), "scores": ((0, 5), tf.float32)}
+    assert {k: (tuple(v.shape), v.dtype) for k, v in out.items()} == expected
+
+
 def test_warmup_records_name_signatures_and_run(exported):
     for key in ("c", "i"):
         calls = exported["out"][f"warmup_{key}"]
@@ -301,3 +375,95 @@ def test_saved_model_cli_lists_signatures(exported):
         "outputs['labels']",
     ):
         assert line in shown
+
+
+# What a model outputs decides what is served: one rule (`builder.output_kind`) for the package.
+
+
+def net(**overrides):
+    return keras_preact.build("preact-20", depth=8, **overrides)
+
+
+def logits_net():
+    return net(classifier_activation=None)
+
+
+def with_op(op):
+    logits = logits_net()
+    return keras.Model(logits.inputs, op(logits.outputs[0]))
+
+
+def two_outputs():
+    logits = logits_net()
+    return keras.Model(logits.inputs, [logits.outputs[0], logits.get_layer("avg_pool").output])
+
+
+class Subclassed(keras.Model):
+    def call(self, x):
+        return x
+
+
+KINDS = {
+    "default head": (net, "probabilities"),
+    "logits head": (logits_net, "logits"),
+    "sigmoid head": (lambda: net(classifier_activation="sigmoid"), "sigmoid"),
+    "Softmax layer": (lambda: keras.Sequential([logits_net(), keras.layers.Softmax()]),
+                      "probabilities"),
+    "softmax op": (lambda: with_op(keras.ops.softmax), "probabilities"),
+    "sigmoid op": (lambda: with_op(keras.ops.sigmoid), "sigmoid"),
+    "Activation layer": (lambda: with_op(keras.layers.Activation("softmax")), "probabilities"),
+    "log_softmax op": (lambda: with_op(keras.ops.log_softmax), "logits"),
+    "nested": (lambda: keras.Sequential([net()]), "probabilities"),
+    "pooled features": (lambda: net(include_top=False, pooling="avg"), "features"),
+    "feature map": (lambda: net(include_top=False), "features"),
+    "relu head": (lambda: with_op(keras.layers.Dense(10, activation="relu")), "features"),
+}
+
+
+@pytest.mark.parametrize("case", list(KINDS))
+def test_output_kind(case):
+    make, kind = KINDS[case]
+    model = make()
+    assert output_kind(model) == kind
+    if kind in ("logits", "probabilities"):
+        assert outputs_logits(model) == (kind == "logits")
+    else:
+        with pytest.raises(ValueError, match=f"logits or softmax probabilities. .* is {kind}"):
+            outputs_logits(model)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [(two_outputs, "one output. Received 2 outputs"), (Subclassed, "without a functional graph")],
+)
+def test_output_kind_refuses_what_it_cannot_tell(make, message):
+    with pytest.raises(ValueError, match=message):
+        output_kind(make())
+
+
+@pytest.mark.parametrize("case", ["Softmax layer", "sigmoid head", "sigmoid op", "logits head"])
+def test_served_probabilities_follow_the_output_kind(case, tmp_path):
+    """A Softmax-layer head was served softmax(softmax(x)) (0.619 -> 0.434), a sigmoid head
+    softmax(sigmoid(x)), a sigmoid op lost in the scanned serving form: each kind gets
+    exactly one normalization."""
+    make, kind = KINDS[case]
+    model = make()
+    path = export_saved_model(model, tmp_path, name="m")
+    served = tf.saved_model.load(path).signatures["serving_default"](images=CIFAR_32)
+    outputs = model(preprocess_input(CIFAR_32), training=False)
+    expected = tf.nn.softmax(outputs) if kind == "logits" else outputs
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (KINDS["pooled features"][0], r"output is features of shape \(None, 64\)"),
+        (KINDS["relu head"][0], "output is features"),
+        (two_outputs, "one output. Received 2 outputs"),
+    ],
+)
+def test_models_that_are_not_classifiers_are_refused(make, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        export_saved_model(make(), tmp_path, name="m")
+    assert not os.path.exists(tmp_path / "m")

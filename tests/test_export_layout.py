@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -53,10 +55,66 @@ def test_versions_increment_and_are_never_overwritten(model, tmp_path):
     assert listing(tmp_path / "m") == ["1", "2", "7", "8"]  # no temporary dir left
 
 
-@pytest.mark.parametrize("version", [0, -3, "2", True])
+@pytest.mark.parametrize("version", [0, -3, "2", True, layout.MAX_VERSION + 1, 10**20])
 def test_bad_version_rejected(model, tmp_path, version):
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match=f"positive integer up to {layout.MAX_VERSION}"):
         export_saved_model(model, tmp_path, version=version)
+    assert listing(tmp_path) == []
+
+
+def test_versions_are_what_tf_serving_parses(model, tmp_path):
+    """TF Serving reads every all-digit entry (files too) as an int64 version and skips
+    larger numbers; automatic versions follow the same rule."""
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "1").write_text("stray file")
+    (model_dir / "99999999999999999999").mkdir()  # beyond int64: never loaded
+    (model_dir / "\u00b2").mkdir()  # a digit to str.isdigit(), not to int()
+    (model_dir / "007").mkdir()
+    assert layout.existing_versions(str(model_dir)) == [1, 7]
+    assert export_saved_model(model, tmp_path, name="m") == str(model_dir / "8")
+    with pytest.raises(FileExistsError, match="Version 7 "):  # "007" is version 7
+        export_saved_model(model, tmp_path, name="m", version=7)
+    with pytest.raises(FileExistsError, match="Version 1 "):
+        export_saved_model(model, tmp_path, name="m", version=1)
+
+    last = export_saved_model(model, tmp_path, name="m", version=layout.MAX_VERSION)
+    assert last == str(model_dir / str(layout.MAX_VERSION))
+    with pytest.raises(ValueError, match="No version number left"):
+        export_saved_model(model, tmp_path, name="m")
+
+
+def test_cli_refuses_versions_beyond_int64(run_dir, tmp_path, capsys):
+    base = tmp_path / "base"
+    argv = ["export", str(run_dir), "--base", str(base), "--version", "99999999999999999999"]
+    assert cli.main(argv) == 2
+    assert "`version` must be a positive integer up to 9223372036854775807" in (
+        capsys.readouterr().err
+    )
+    assert not base.exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a/b", "../m", ".hidden", "a:b", "a b", "m\n", "modèle", None, 3]
+)
+def test_invalid_model_names_are_refused(model, tmp_path, name):
+    with pytest.raises(ValueError, match="A model name must be letters, digits"):
+        layout.check_name(name)
+    if name is not None:  # None means "the default name"
+        with pytest.raises(ValueError, match=re.escape(f"Received: name={name!r}")):
+            export_saved_model(model, tmp_path, name=name)
+    assert listing(tmp_path) == []
+
+
+def test_a_run_dir_whose_model_is_null_is_refused(run_dir, tmp_path):
+    """It was exported as a model named "None"."""
+    bad_run = tmp_path / "run"
+    bad_run.mkdir()
+    (bad_run / "model.keras").write_bytes((run_dir / "model.keras").read_bytes())
+    (bad_run / "config.json").write_text('{"model": null}')
+    with pytest.raises(ValueError, match='"model" entry of .*config.json must be a string'):
+        export_saved_model(bad_run, tmp_path / "base")
+    assert not (tmp_path / "base").exists()
 
 
 def test_crash_during_write_leaves_no_version(model, tmp_path, monkeypatch):
@@ -65,8 +123,12 @@ def test_crash_during_write_leaves_no_version(model, tmp_path, monkeypatch):
 
     monkeypatch.setattr("keras_preact.serving.warmup.write_warmup", crash)
     with pytest.raises(RuntimeError, match="disk full"):
+        export_saved_model(model, tmp_path / "base", name="m")
+    assert listing(tmp_path) == []  # the directories this export created are gone too
+    (tmp_path / "m").mkdir()
+    with pytest.raises(RuntimeError, match="disk full"):
         export_saved_model(model, tmp_path, name="m")
-    assert listing(tmp_path / "m") == []
+    assert listing(tmp_path / "m") == []  # a model dir that was there is kept
 
 
 KILLED_EXPORT = textwrap.dedent(
@@ -177,6 +239,50 @@ def test_cli_export_and_errors(run_dir, tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "missing"), "--base", str(base)]) == 2
     assert "missing" in capsys.readouterr().err
     assert listing(base / "preact-20") == ["3"]
+
+
+def test_cli_names_a_base_that_is_not_a_directory(run_dir, tmp_path, capsys):
+    base = tmp_path / "file"
+    base.write_text("x")
+    assert cli.main(["export", str(run_dir), "--base", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
+    assert "Not a directory" in err and str(base) in err
+    assert listing(tmp_path) == ["file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_cli_names_a_base_without_write_permission(run_dir, tmp_path, capsys):
+    base = tmp_path / "base"
+    base.mkdir(mode=0o500)
+    try:
+        assert cli.main(["export", str(run_dir), "--base", str(base)]) == 2
+    finally:
+        base.chmod(0o700)
+    err = capsys.readouterr().err
+    assert "Permission denied" in err and str(base) in err
+    assert listing(base) == []
+
+
+def test_cli_reports_a_full_disk_in_one_line_and_leaves_nothing(run_dir, tmp_path):
+    """A write that fails in TensorFlow's file system (here EFBIG under a 64 KiB file size
+    limit, as ENOSPC would on a full disk) is one line naming the path, exit 2, no traces."""
+    limit = 64 * 1024
+
+    def limit_file_size():  # Python ignores SIGXFSZ: an oversized write fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    base = tmp_path / "base"
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_preact.cli", "export", str(run_dir), "--base", str(base)],
+        capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"keras-preact export: error: Cannot write the export in {base}")
+    assert lines[-1].endswith("File too large")
+    assert "Traceback" not in result.stderr
+    assert not base.exists()
 
 
 def test_full_preactivation_nets_are_served_with_scanned_stages(tmp_path):

@@ -1,8 +1,8 @@
 """The directory layout TF Serving polls, `BASE/NAME/VERSION/`, written all-or-nothing.
 
-TF Serving loads only all-digit version directories. A version is written into a hidden
-temporary sibling (`.keras-preact-export.HOST.PID.XXXX`), then renamed into place in one step,
-so neither a running server nor a killed exporter ever sees a half-written version.
+TF Serving reads every all-digit entry within int64 as a version. A version is written into a
+hidden temporary sibling (`.keras-preact-export.HOST.PID.XXXX`), then renamed into place in one
+step, so neither a running server nor a killed exporter ever sees a half-written version.
 """
 
 from __future__ import annotations
@@ -17,30 +17,55 @@ from collections.abc import Callable
 _TMP_PREFIX = ".keras-preact-export."
 # HOST may contain dots; PID and mkdtemp's random suffix ([a-z0-9_]) do not.
 _TMP_PATTERN = re.compile(r"^\.keras-preact-export\.(?P<host>.+)\.(?P<pid>\d+)\.[a-z0-9_]+$")
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_VERSION_PATTERN = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes '²'
+# TF Serving versions are int64: a larger directory number is never loaded.
+MAX_VERSION = 2**63 - 1
 
 
-def sanitize_name(name: str) -> str:
-    """A model name usable as one directory (and a TF Serving model name).
+def check_name(name: str) -> str:
+    """Returns `name` if it can be a TF Serving model name and one directory; else ValueError.
+
+    TF Serving's REST API reads the name up to the first '/' or ':' (`/v1/models/NAME:predict`)
+    and the name is also the directory under the base path: letters, digits, '.', '_' and '-',
+    starting with a letter or digit (not a hidden or relative directory), are accepted.
 
     Example:
-    >>> sanitize_name("preact-164 / cifar10")
-    'preact-164-cifar10'
+    >>> check_name("preact-164_cifar10.v2")
+    'preact-164_cifar10.v2'
     """
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", str(name)).strip(".-")
-    if not cleaned:
-        raise ValueError(f"Model name {name!r} has no usable characters. Use e.g. 'preact-164'.")
-    return cleaned
+    if not isinstance(name, str) or not _NAME_PATTERN.fullmatch(name):
+        raise ValueError(
+            "A model name must be letters, digits, '.', '_' or '-', starting with a letter or "
+            f"digit (TF Serving's model name and its directory). Received: name={name!r}"
+        )
+    return name
+
+
+def check_version(version: int | None) -> None:
+    """ValueError unless `version` is None (automatic) or an integer TF Serving can load.
+
+    Example:
+    >>> check_version(2**63)
+    Traceback (most recent call last):
+    ...
+    ValueError: `version` must be a positive integer up to 9223372036854775807 (...
+    """
+    valid = isinstance(version, int) and not isinstance(version, bool)
+    if version is not None and not (valid and 1 <= version <= MAX_VERSION):
+        raise ValueError(
+            f"`version` must be a positive integer up to {MAX_VERSION} (TF Serving's versions "
+            f"are int64). Received: version={version!r}"
+        )
 
 
 def existing_versions(model_dir: str) -> list[int]:
-    """The version numbers present (all-digit sub-directories), ascending."""
+    """The version numbers TF Serving sees in `model_dir`, ascending: every all-digit entry
+    within int64 (TF Serving lists files too, and skips numbers beyond int64)."""
     if not os.path.isdir(model_dir):
         return []
-    return sorted(
-        int(entry)
-        for entry in os.listdir(model_dir)
-        if entry.isdigit() and os.path.isdir(os.path.join(model_dir, entry))
-    )
+    numbers = (int(entry) for entry in os.listdir(model_dir) if _VERSION_PATTERN.fullmatch(entry))
+    return sorted(n for n in numbers if n <= MAX_VERSION)
 
 
 def _alive(pid: int) -> bool:
@@ -76,39 +101,59 @@ def clean_stale_temp_dirs(model_dir: str) -> list[str]:
     return removed
 
 
+def _missing_dirs(path: str) -> list[str]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while path and not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
 def publish_version(
     model_dir: str, version: int | None, write: Callable[[str], None]
 ) -> str:
     """Runs `write(tmp_dir)`, then renames `tmp_dir` to `model_dir/VERSION`. Returns that path.
 
+    If anything fails, the temporary directory and the directories this call created are
+    removed: nothing is left half-written.
+
     Args:
         model_dir: `BASE/NAME`; created if missing.
-        version: a positive integer, or None for the next free one (1 + the highest present).
+        version: an integer in [1, MAX_VERSION], or None for the next free one (1 + the
+            highest present, see `existing_versions`).
         write: fills the temporary directory with the SavedModel.
 
     Raises:
         FileExistsError: `version` is given and already exists (it is never overwritten).
     """
-    valid = isinstance(version, int) and not isinstance(version, bool) and version >= 1
-    if version is not None and not valid:
-        raise ValueError(f"`version` must be a positive integer. Received: {version!r}")
-    os.makedirs(model_dir, exist_ok=True)
-    clean_stale_temp_dirs(model_dir)
+    check_version(version)
 
     def target_for(v: int | None) -> str:
-        v = v if v is not None else max(existing_versions(model_dir), default=0) + 1
+        present = existing_versions(model_dir)
+        if v is None:
+            v = max(present, default=0) + 1
+            if v > MAX_VERSION:
+                raise ValueError(
+                    f"No version number left in {model_dir}: version {MAX_VERSION} (the int64 "
+                    "maximum) exists. Give a free `version`/--version explicitly."
+                )
         target = os.path.join(model_dir, str(v))
-        if os.path.exists(target):
+        if v in present:
             raise FileExistsError(
-                f"Version {v} of this model already exists at {target}; versions are never "
+                f"Version {v} of this model already exists in {model_dir}; versions are never "
                 "overwritten. Omit --version/`version` to use the next free one."
             )
         return target
 
+    created = _missing_dirs(model_dir)
     target = target_for(version)  # fail before the (slow) export if the version is taken
-    prefix = f"{_TMP_PREFIX}{socket.gethostname()}.{os.getpid()}."
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=model_dir)
+    tmp = None
     try:
+        os.makedirs(model_dir, exist_ok=True)
+        clean_stale_temp_dirs(model_dir)
+        tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{socket.gethostname()}.{os.getpid()}.",
+                               dir=model_dir)
         write(tmp)
         # mkdtemp makes 0700; a server running as another user must be able to read it.
         umask = os.umask(0)
@@ -121,8 +166,14 @@ def publish_version(
                 return target
             except OSError:
                 # A concurrent exporter took this number between the check and the rename.
-                if version is not None or not os.path.exists(target):
+                if version is not None or not os.path.lexists(target):
                     raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for path in created:
+            try:
+                os.rmdir(path)
+            except OSError:  # not empty: another exporter is using it
+                break
         raise

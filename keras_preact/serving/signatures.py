@@ -10,20 +10,30 @@ Three entry points share one traced model call (`predict`), so a 1001-layer net 
 
 Every image goes through the evaluation geometry (`resize_for_eval`) and the training
 normalization (`preprocess_input`) of `keras_preact.preprocessing`, then the model in inference
-mode (`training=False`: BatchNorm uses its moving statistics).
+mode (`training=False`: BatchNorm uses its moving statistics). Two limits bound the memory and
+time of one image: its sides (`MAX_SIDE`, larger is an InvalidArgument) and its aspect ratio
+(`MAX_ASPECT_RATIO`, a longer side is centre-cropped first). A batch of 0 gets empty outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import keras
 import tensorflow as tf
 
-from keras_preact.builder import outputs_logits
+from keras_preact.builder import output_kind
+from keras_preact.labels import check_names, class_names
 from keras_preact.preprocessing import EVAL_SIZE, family_of, preprocess_input, resize_for_eval
 
-# Largest accepted image height/width, in pixels: bounds the memory a request can take
+# Largest accepted image height/width, in pixels: bounds the memory an image can take
 # (a 4096x4096 RGB image decodes to 48 MiB).
 MAX_SIDE = 4096
+# Longest side / shorter side above which the longer side is centre-cropped before the eval
+# geometry. The ImageNet geometry scales the *shorter* side to 256, so a 1x4096 image would
+# become 256 x 1,048,576 floats (3 GB) of which only the centre 224x224 is used; at this ratio
+# the resized image is at most 256 x 1024. Images up to 4:1 are served exactly as evaluated.
+MAX_ASPECT_RATIO = 4
 TOP_K = 5
 EXAMPLE_FEATURE = "image/encoded"
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -40,18 +50,30 @@ def model_side(model: keras.Model) -> int:
     return height or EVAL_SIZE[family_of(model)]
 
 
-def _probabilities(model: keras.Model):
-    """The model's call in inference mode, with softmax added to a logits head."""
-    if len(model.output_shape) != 2:
+def classifier_probabilities(model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
+    """`x -> class probabilities` for a classifier, in inference mode; refuses other models.
+
+    Logits get a softmax; softmax and sigmoid outputs are served as they are (a sigmoid head's
+    scores are independent per-class probabilities). Features (`include_top=False`) and models
+    with several outputs raise ValueError.
+
+    Example:
+    >>> import keras_preact
+    >>> call = classifier_probabilities(keras_preact.build("preact-20", depth=8))
+    >>> tuple(call(tf.zeros((2, 32, 32, 3))).shape)
+    (2, 10)
+    """
+    kind = output_kind(model)
+    if kind == "features" or len(model.output_shape) != 2:
         raise ValueError(
-            "Export needs a classifier with a (batch, classes) output. "
-            f"Received output shape {model.output_shape}."
+            "Export needs a classifier with one (batch, classes) output of logits or "
+            f"probabilities. Received: a model whose output is {kind} of shape "
+            f"{model.output_shape} (a model built with include_top=False outputs features)."
         )
-    is_logits = outputs_logits(model)
 
     def call(x):
         y = model(x, training=False)
-        return tf.nn.softmax(y) if is_logits else y
+        return tf.nn.softmax(y) if kind == "logits" else y
 
     return call
 
@@ -67,6 +89,22 @@ def _check_sides(height, width, what: str):
             message=f"{what}: image height/width above the maximum of {MAX_SIDE} pixels",
         ),
     ]
+
+
+def crop_aspect_ratio(images: tf.Tensor) -> tf.Tensor:
+    """Centre-crops the longer side of `images` (`[..., height, width, channels]`) to at most
+    `MAX_ASPECT_RATIO` times the shorter one; images within the ratio are returned as they are.
+
+    Example:
+    >>> tuple(crop_aspect_ratio(tf.zeros((1, 4096, 3))).shape)
+    (1, 4, 3)
+    """
+    shape = tf.shape(images)
+    height, width = shape[-3], shape[-2]
+    longest = MAX_ASPECT_RATIO * tf.minimum(height, width)
+    new_height, new_width = tf.minimum(height, longest), tf.minimum(width, longest)
+    top, left = (height - new_height) // 2, (width - new_width) // 2
+    return images[..., top : top + new_height, left : left + new_width, :]
 
 
 def _encoded_shape(data):
@@ -102,21 +140,23 @@ def _traced(*specs: tf.TensorSpec):
     return tf.function(input_signature=list(specs), autograph=False)
 
 
-def build_signatures(model: keras.Model, labels) -> dict:
-    """`{signature name: tf.function}` for `model`, with `labels` as the class names.
+def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) -> dict:
+    """`{signature name: tf.function}` for `model`, with `labels` as the class names (default
+    `keras_preact.labels.class_names`). Checks the model and labels; traces nothing yet.
 
     Example:
     >>> import keras_preact
-    >>> from keras_preact.labels import class_names
-    >>> fns = build_signatures(keras_preact.build("preact-20", depth=8), class_names(10))
+    >>> fns = build_signatures(keras_preact.build("preact-20", depth=8))
     >>> sorted(fns)
     ['classify', 'serving_bytes', 'serving_default']
     """
     family = family_of(model)
     side = model_side(model)
-    probabilities = _probabilities(model)
-    names = tf.constant(list(labels), tf.string)
-    k = min(TOP_K, len(labels))
+    probabilities = classifier_probabilities(model)
+    num_classes = model.output_shape[-1]
+    labels = class_names(num_classes) if labels is None else check_names(labels, num_classes)
+    names = tf.constant(labels, tf.string)
+    k = min(TOP_K, num_classes)
 
     @_traced(tf.TensorSpec([None, side, side, 3], tf.float32))
     def predict(resized):
@@ -129,25 +169,45 @@ def build_signatures(model: keras.Model, labels) -> dict:
             "labels": tf.gather(names, classes),
         }
 
+    def empty_outputs():
+        traced = predict.get_concrete_function().structured_outputs
+        return {key: tf.zeros([0, *t.shape[1:]], t.dtype) for key, t in traced.items()}
+
+    def unless_empty(batch_size, compute):
+        # The model's ops fail on a batch of 0; TF Serving clients expect empty outputs.
+        return tf.cond(batch_size > 0, compute, empty_outputs)
+
+    def geometry(images):
+        return resize_for_eval(crop_aspect_ratio(images), family, side)
+
     def decode_one(data):
         height, width = tf.unstack(_encoded_shape(data))
         with tf.control_dependencies(_check_sides(height, width, "image_bytes")):
             image = tf.io.decode_image(data, channels=3, dtype=tf.uint8, expand_animations=False)
-        return tf.ensure_shape(resize_for_eval(image, family, side), [side, side, 3])
+        return tf.ensure_shape(geometry(image), [side, side, 3])
 
     def predict_encoded(image_bytes):
         # One image at a time: each may have its own size until resized.
-        resized = tf.map_fn(
-            decode_one, image_bytes, fn_output_signature=tf.TensorSpec([side, side, 3], tf.float32)
-        )
-        return predict(resized)
+        def compute():
+            resized = tf.map_fn(
+                decode_one,
+                image_bytes,
+                fn_output_signature=tf.TensorSpec([side, side, 3], tf.float32),
+            )
+            return predict(resized)
+
+        return unless_empty(tf.size(image_bytes), compute)
 
     @_traced(tf.TensorSpec([None, None, None, 3], tf.uint8, name="images"))
     def serving_default(images):
         shape = tf.shape(images)
-        with tf.control_dependencies(_check_sides(shape[1], shape[2], "images")):
-            resized = resize_for_eval(images, family, side)
-        return predict(tf.ensure_shape(resized, [None, side, side, 3]))
+
+        def compute():
+            with tf.control_dependencies(_check_sides(shape[1], shape[2], "images")):
+                resized = geometry(images)
+            return predict(tf.ensure_shape(resized, [None, side, side, 3]))
+
+        return unless_empty(shape[0], compute)
 
     @_traced(tf.TensorSpec([None], tf.string, name="image_bytes"))
     def serving_bytes(image_bytes):
