@@ -12,162 +12,32 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-import reprlib
-
-import keras
+import importlib
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
-# A trainer's model.keras holds its optimizer and schedule: register them for load_model.
-from keras_preact.training import optimizer as _optimizer  # noqa: F401
-from keras_preact.training import schedule as _schedule  # noqa: F401
-from keras_preact.builder import allow_deep_graph, build_from_spec, layer_bound, stage_outputs
 from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
 
-# The most layers `load_model` builds by default: the bound of the largest registered network
-# (resnet-1202). A file asking for more is refused before Keras reads it, since a deep graph
-# needs a higher recursion limit and a small file can describe 100k chained layers.
-MAX_LAYERS = max(layer_bound(get_spec(name)) for name in list_models())
-# Keras writes about 1 KB of config.json per layer (0.97-1.04 KB measured on this package's
-# nets): twice that leaves room for a trainer's compile config and bounds what a compressed
-# config.json may inflate to (a 0.85 MB file can hold 39 MB, 8 s of json.loads on 2 cores).
-CONFIG_BYTES_PER_LAYER = 2048
+# What needs Keras (hence TensorFlow, seconds to import) loads on first use (PEP 562), so
+# that `keras-preact --help` and `keras-preact list` answer at once.
+_LAZY = {
+    "MAX_LAYERS": "keras_preact.api",
+    "build": "keras_preact.api",
+    "build_from_spec": "keras_preact.builder",
+    "feature_extractor": "keras_preact.api",
+    "load_model": "keras_preact.api",
+}
 
 
-def build(name: str, *, stages: str = "layers", **overrides) -> keras.Model:
-    """Builds a registered network, optionally changed by `overrides`.
-
-    Args:
-        name: a registered name, see `list_models()`: e.g. `"preact-1001"`,
-            `"resnet-110"`, `"preact-200-imagenet"`, `"resnet-164-bn-after-add"`.
-        **overrides: any `ResNetSpec` field, e.g. `unit="relu-only-preact"` (Fig. 4),
-            `shortcut="exclusive-gating", gate_bias=-6.0` (Table 1), `block="single"`
-            (Table 3), `depth=56`, `classes=100`, `input_shape=(64, 64, 3)`,
-            `include_top=False, pooling="avg"`, `classifier_activation=None`.
-        stages: "layers" (default): one Keras layer per BN/ReLU/conv/Add, the graph
-            to export and inspect. "scan": each stage's identical units run as one
-            `keras_preact.scan.ScannedUnits` loop: same math and parameters, start-up
-            time independent of depth (full pre-activation, identity shortcuts only).
-            `keras_preact.scan.to_layered` / `to_scanned` convert trained weights.
-
-    Returns:
-        An uncompiled `keras.Model` taking RGB images normalized by
-        `keras_preact.applications.preprocess_input` (or images of the channels
-        `input_shape` gives, e.g. `(None, None, 1)`: any size, any channel count).
-
-    Example:
-    >>> model = build("preact-110", classes=100)
-    >>> model.output.shape
-    (None, 100)
-    """
-    return build_from_spec(resolve(name, **overrides), name=name, stages=stages)
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'keras_preact' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 
-def feature_extractor(name_or_model: str | keras.Model, **overrides) -> keras.Model:
-    """A model whose output is each stage's feature map, `{"stage1": ..., "stageN": ...}`:
-    the backbone of a detector or segmenter (keras-hub's `pyramid_outputs`, timm's
-    `features_only`).
-
-    The last stage's map is taken after the final BN-ReLU of pre-activation nets (their
-    units leave the sum un-normalized), the others where the next stage takes them
-    (`keras_preact.builder.stage_outputs`). Strides 1, 2, 4 on CIFAR nets (32x32, 16x16,
-    8x8 at 32x32 input); 4, 8, 16, 32 on ImageNet nets (56x56x256 ... 7x7x2048 for
-    preact-50-imagenet at 224x224).
-
-    Args:
-        name_or_model: a registered name, built without its head (`include_top=False`), or
-            a model built by `build` or an applications constructor (trained, loaded, or
-            with scanned stages, which work as they are): the extractor shares its layers
-            and weights, it does not copy them.
-        **overrides: `build` overrides (and `stages=`), for a name only; e.g.
-            `input_shape=(None, None, 3)` for any image size.
-
-    Example:
-    >>> features = feature_extractor("preact-164", depth=11)
-    >>> {key: tuple(t.shape[1:]) for key, t in features.output.items()}
-    {'stage1': (32, 32, 64), 'stage2': (16, 16, 128), 'stage3': (8, 8, 256)}
-    >>> trained = build("preact-20", depth=8)
-    >>> feature_extractor(trained).get_layer("final_bn") is trained.get_layer("final_bn")
-    True
-    """
-    if isinstance(name_or_model, keras.Model):
-        if overrides:
-            raise ValueError(
-                f"Overrides apply to a model name. Received a model ({name_or_model.name!r}) "
-                f"and overrides {sorted(overrides)}."
-            )
-        model = name_or_model
-    else:
-        model = build(name_or_model, **{"include_top": False, **overrides})
-    outputs = stage_outputs(model)  # first: it names what is wrong with a foreign model
-    return keras.Model(model.input, outputs, name=f"{model.name}_features")
-
-
-def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) -> keras.Model:
-    """Loads a `.keras` file, or the `model.keras` of a `keras-preact train` run dir.
-
-    `keras.saving.load_model` with `safe_mode` on, plus room for Keras' recursive graph
-    walk, which the 1000-layer nets need (Python's default recursion limit is too low).
-    That room comes from the file's own layer count, so a file asking for more than
-    `max_layers` layers (nested models included) is refused before Keras reads it; raise
-    `max_layers` for a trusted file of a deeper custom net.
-
-    Example:
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
-    >>> build("preact-20", depth=8).save(path)
-    >>> load_model(path).name
-    'preact-20'
-    """
-    import json
-    import os
-    import zipfile
-
-    if os.path.isdir(path):
-        path = os.path.join(path, "model.keras")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            size = archive.getinfo("config.json").file_size
-            if size > max_layers * CONFIG_BYTES_PER_LAYER:  # read nothing a bomb inflates
-                raise ValueError(
-                    f"{path!r} holds a config.json of {size} bytes; load_model reads at most "
-                    f"{max_layers * CONFIG_BYTES_PER_LAYER} for max_layers={max_layers} (pass "
-                    "a larger max_layers for a trusted file)."
-                )
-            config = json.loads(archive.read("config.json"))
-    except (FileNotFoundError, IsADirectoryError):
-        raise FileNotFoundError(
-            f"No .keras file at {path!r}: expected a .keras file or the run dir of a "
-            "finished `keras-preact train`."
-        ) from None
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, RecursionError) as e:
-        # RecursionError: JSON nested deeper than Python's recursion limit.
-        raise ValueError(f"{path!r} is not a .keras model file ({type(e).__name__}: {e}).") from None
-    layers = _count_layers(config, path)
-    if layers > max_layers:
-        raise ValueError(
-            f"{path!r} asks for a graph of {layers} layers; load_model builds at most "
-            f"max_layers={max_layers} (pass a larger max_layers for a trusted file)."
-        )
-    allow_deep_graph(layers)
-    return keras.saving.load_model(path, compile=compile)
-
-
-def _count_layers(config, path: str) -> int:
-    """Layers in a `.keras` config.json, those of nested models included."""
-    model = config.get("config") if isinstance(config, dict) else None
-    if not (isinstance(model, dict) and isinstance(model.get("layers", []), list)):
-        raise ValueError(
-            f"{path!r} is not a .keras model file (config.json must hold a model config, "
-            f'{{"config": {{"layers": [...]}}}}). Received: {reprlib.repr(config)}'
-        )
-    count, todo = 0, [model]  # a stack, not recursion: the nesting is the file's to choose
-    while todo:
-        layers = todo.pop().get("layers")
-        if isinstance(layers, list):
-            count += len(layers)
-            todo.extend(layer["config"] for layer in layers
-                        if isinstance(layer, dict) and isinstance(layer.get("config"), dict))
-    return count
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 
 __all__ = [

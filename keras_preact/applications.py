@@ -14,14 +14,13 @@ Example:
 
 from __future__ import annotations
 
-import os
 
 import keras
 
-from keras_preact import pretrained, scan
+from keras_preact import pretrained
 from keras_preact.builder import build_from_spec
 from keras_preact.labels import decode_predictions
-from keras_preact.preprocessing import RGB, preprocess_input
+from keras_preact.preprocessing import preprocess_input
 from keras_preact.specs import get_spec, resolve
 
 
@@ -72,17 +71,11 @@ def application(
     if input_shape is not None:
         overrides["input_shape"] = input_shape
     spec = resolve(model_name, **overrides)
-    if weights is not None and spec.input_shape[-1] != RGB:
-        raise ValueError(
-            "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels "
-            "(the stem conv was trained on 3). Use weights=None for other channel counts. "
-            f"Received: input_shape={spec.input_shape}"
-        )
     # The weights file first: a missing file or unknown tag fails before any building.
-    path = None if weights is None else _weights_path(model_name, weights)
+    path = None if weights is None else pretrained.weights_path(model_name, weights, spec)
     model = build_from_spec(spec, name=name or model_name, input_tensor=input_tensor)
     if path is not None:
-        _load_weights(model, spec, path)
+        pretrained.load_weights(model, spec, path)
     return model
 
 
@@ -90,26 +83,6 @@ def _compatible(input_shape, tensor_shape: tuple) -> bool:
     """Whether `input_shape` matches `tensor_shape`, None matching any size."""
     return (isinstance(input_shape, (tuple, list)) and len(input_shape) == len(tensor_shape)
             and all(d is None or d == t for d, t in zip(input_shape, tensor_shape)))
-
-
-def _load_weights(model: keras.Model, spec, path: str) -> None:
-    """`model.load_weights(path)`, also for files saved from the scanned form (what
-    `keras-preact train` trains full pre-activation nets in): read into that form, then
-    copied across."""
-    if scan.scannable(spec) and scan.holds_scanned_weights(path):
-        twin = build_from_spec(spec, name=model.name, stages="scan")
-        twin.load_weights(path)
-        scan.copy_weights(twin, model)
-    else:
-        model.load_weights(path)
-
-
-def _weights_path(model_name: str, weights: str) -> str:
-    if str(weights).endswith(".weights.h5"):
-        if not os.path.isfile(weights):
-            raise FileNotFoundError(f"No weights file at {weights!r}.")
-        return weights
-    return pretrained.weights_file(model_name, weights)
 
 
 def _constructor(public_name: str, model_name: str):

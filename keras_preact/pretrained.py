@@ -71,6 +71,41 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+def weights_path(model_name: str, weights: str, spec) -> str:
+    """The file `weights` stands for: a `.weights.h5` path, or a published tag of
+    `model_name` (`weights_file`). Weights were trained on RGB images: `spec` must take 3
+    channels."""
+    from keras_preact.preprocessing import RGB
+
+    if spec.input_shape[-1] != RGB:
+        raise ValueError(
+            "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels "
+            "(the stem conv was trained on 3). Use weights=None for other channel counts. "
+            f"Received: input_shape={spec.input_shape}"
+        )
+    if str(weights).endswith(".weights.h5"):
+        if not os.path.isfile(weights):
+            raise FileNotFoundError(f"No weights file at {weights!r}.")
+        return weights
+    return weights_file(model_name, weights)
+
+
+def load_weights(model, spec, path: str) -> None:
+    """`model.load_weights(path)` whatever form (plain or scanned stages, `keras_preact.scan`)
+    the file was saved from and `model` is in: read into a twin of the file's form, then
+    copied across."""
+    from keras_preact import scan
+    from keras_preact.builder import build_from_spec
+
+    saved_scanned = scan.scannable(spec) and scan.holds_scanned_weights(path)
+    if saved_scanned == scan.is_scanned(model):
+        model.load_weights(path)
+        return
+    twin = build_from_spec(spec, name=model.name, stages="scan" if saved_scanned else "layers")
+    twin.load_weights(path)
+    scan.copy_weights(twin, model)
+
+
 def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:
     """The local path of published weights `tag` of `model`, verified against its SHA-256.
 
@@ -99,13 +134,17 @@ def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:
 def _download(record: WeightsRecord, cache_dir: str | None) -> str:
     import keras
 
+    # Keras' own default cache (KERAS_HOME, else ~/.keras), named here so that a file that
+    # fails its hash check can be removed from it.
+    cache_dir = os.path.expanduser(cache_dir or os.environ.get("KERAS_HOME")
+                                   or os.path.join("~", ".keras"))
+    os.makedirs(cache_dir, exist_ok=True)  # get_file falls back to /tmp when it is missing
     try:
         path = keras.utils.get_file(fname=record.file, origin=record.url,
                                     file_hash=record.sha256, cache_subdir=CACHE_SUBDIR,
                                     cache_dir=cache_dir)
     except ValueError:  # get_file keeps a file that failed its hash check: remove it
-        target = os.path.join(os.path.expanduser(cache_dir or keras.config.keras_home()),
-                              CACHE_SUBDIR, record.file)
+        target = os.path.join(cache_dir, CACHE_SUBDIR, record.file)
         if os.path.exists(target):
             os.remove(target)
         raise ValueError(f"{record.url} does not have the published SHA-256 {record.sha256} "

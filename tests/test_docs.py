@@ -1,15 +1,18 @@
 """The examples in the public docstrings run and print what they say."""
 
 import doctest
+import importlib
 
 import pytest
 
-import keras_preact
-from keras_preact import applications, labels, preprocessing, specs
+MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_preact.labels",
+           "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.builder",
+           "keras_preact.export", "keras_preact.scan", "keras_preact.training.trainer",
+           "keras_preact.training.schedule", "keras_preact.files"]
 
 
-@pytest.mark.parametrize("module", [keras_preact, specs, labels, preprocessing, applications])
-def test_docstring_examples(module):
-    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0

@@ -66,8 +66,8 @@ def _weights_table(names: list[str]) -> tuple[list[str], list[list[str]]]:
              r.precision, r.url or r.file]
             for r in pretrained.all_records() if r.model in names]
     if not rows:
-        raise ValueError("No published weights match; `keras-preact list --weights` shows "
-                         "all of them.")
+        raise ValueError("No published weights for these models; `keras-preact list "
+                         "--weights` shows all that are published.")
     return header, rows
 
 
