@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from keras_preact import __version__
 
@@ -59,8 +60,24 @@ def import_tensorflow(verbose: bool = False) -> None:
         os.close(devnull)
 
 
+def show_warnings(command: str, verbose: bool) -> None:
+    """keras_preact's own warnings as one `keras-preact CMD: warning: ...` line; other
+    libraries' only with --verbose."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if os.path.abspath(filename).startswith(package):
+            print(f"keras-preact {command}: warning: {message}", file=sys.stderr)
+        elif verbose:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    show_warnings(args.command, args.verbose)
     try:
         return args.func(args) or 0
     except (ValueError, OSError) as e:

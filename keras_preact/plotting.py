@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from keras_preact.files import atomic_write
 from keras_preact.labels import as_list
 
 METRICS_FILE = "metrics.csv"
@@ -49,10 +49,25 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
                 f"Received: {reader.fieldnames}"
             )
         rows = list(reader)
-    return {
-        column: np.array([float(row[column]) if row[column] else np.nan for row in rows])
-        for column in reader.fieldnames
-    }
+    if not rows:
+        raise ValueError(f"{path} has no rows yet: the trainer adds one per finished epoch.")
+    columns = {}
+    for column in reader.fieldnames:
+        try:
+            columns[column] = np.array([float(row[column]) if row[column] else np.nan
+                                        for row in rows])
+        except (TypeError, ValueError):
+            bad = next(row[column] for row in rows if not _is_number(row[column]))
+            raise ValueError(f"{path}: column {column!r} holds {bad!r}, not a number.") from None
+    return columns
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text or "nan")  # empty cells are NaN
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def error_percent(accuracy: np.ndarray) -> np.ndarray:
@@ -228,14 +243,5 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 120) -> str:
         raise ValueError(
             f"Cannot tell the image format of {path!r}. Valid extensions: {sorted(supported)}."
         )
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=f".{ext}")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=ext, dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return atomic_write(path, lambda f: fig.savefig(f, format=ext, dpi=dpi), binary=True)

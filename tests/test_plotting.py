@@ -121,3 +121,27 @@ def test_plot_prediction_shows_image_and_ranked_scores():
     np.testing.assert_allclose([bar.get_width() for bar in ax_bars.patches], [0.6, 0.3, 0.1])
     with pytest.raises(ValueError, match="2 labels for 3 scores"):
         plotting.plot_prediction(image, ["a", "b"], [0.5, 0.3, 0.2])
+
+
+@pytest.mark.parametrize("text, message", [
+    ("epoch,step,lr,loss\n", "has no rows yet"),
+    ("epoch,step,lr,loss\n0,10,0.1,abc\n", "column 'loss' holds 'abc', not a number"),
+])
+def test_unreadable_metrics_name_the_file(text, message, tmp_path, capsys):
+    (tmp_path / "metrics.csv").write_text(text)
+    assert cli.main(["plot", str(tmp_path), "-o", str(tmp_path / "c.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-preact plot: error: {tmp_path}/metrics.csv") and message in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_written_files_follow_the_umask(tmp_path):
+    from keras_preact.files import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write(str(tmp_path / "a.png"), lambda f: f.write(b"x"), binary=True)
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644

@@ -114,3 +114,49 @@ def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_
         steps = [int(r["step"]) for r in csv.DictReader(f)]
     assert steps[-1] == 40 and steps == sorted(steps)
     assert json.load(open(run_dir / "config.json"))["stages"] == "scan"
+
+
+def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights(
+        tmp_path, cifar10_data_dir):
+    """kill -9 one of two MWMS workers; the other then hangs in a collective and is killed
+    too; the same two commands resume from the chief's backup to the exact step count."""
+    run_dir = tmp_path / "mwms-killed"
+    meta = run_dir / "backup" / "training_metadata.json"
+
+    def start_workers():
+        ports = [_free_port(), _free_port()]
+        cluster = {"worker": [f"localhost:{p}" for p in ports]}
+        return [
+            subprocess.Popen(
+                [*TRAIN, "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps",
+                 "30", "--steps-per-epoch", "10", "--batch-size", "16", "--val-examples", "0",
+                 "--backup-every", "4"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                env=_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                               "task": {"type": "worker", "index": i}})))
+            for i in range(2)
+        ]
+
+    first = start_workers()
+    deadline = time.time() + 400
+    while time.time() < deadline and all(p.poll() is None for p in first):
+        if meta.exists() and json.loads(meta.read_text())["step"] >= 8:
+            break
+        time.sleep(0.2)
+    assert all(p.poll() is None for p in first), "training ended before it could be killed"
+    first[1].send_signal(signal.SIGKILL)  # the worker
+    time.sleep(2)
+    first[0].send_signal(signal.SIGKILL)  # the chief, now waiting for it forever
+    for p in first:
+        p.wait()
+    killed_at = json.loads(meta.read_text())["step"]
+    assert 8 <= killed_at < 30 and not (run_dir / "model.keras").exists()
+
+    second = start_workers()
+    outputs = [p.communicate(timeout=500)[0] for p in second]
+    assert [p.returncode for p in second] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    for output in outputs:
+        resumed = int(re.search(r"resuming from step (\d+) of 30", output).group(1))
+        assert resumed >= killed_at
+    chief, worker = _finished(outputs[0]), _finished(outputs[1])
+    assert chief[0] == worker[0] == 30 and chief[1] == worker[1]

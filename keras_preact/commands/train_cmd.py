@@ -52,6 +52,9 @@ def add_parser(subparsers) -> None:
                    help='build() override, JSON value, e.g. --override depth=8 '
                    '--override unit=\\"original\\" (repeatable)')
     p.add_argument("--seed", type=int, default=None, help="shuffle seed")
+    p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
+                   help="multi-worker: how long to wait for the other workers of TF_CONFIG "
+                   "(default: 5 minutes)")
     p.set_defaults(func=run)
 
 
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             stages=args.stages, recompute=args.recompute,
             backup_every=args.backup_every, overrides=parse_overrides(args.override),
             seed=args.seed, verbose=1 if sys.stdout.isatty() else 2,
+            connect_timeout=args.connect_timeout,
         )
     except training.TrainingDiverged as e:
         print(f"keras-preact train: error: {e}", file=sys.stderr)

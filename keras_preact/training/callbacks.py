@@ -5,24 +5,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import keras
 import numpy as np
 
+from keras_preact.files import atomic_write
+
 METRICS_HEADER = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
 
 
 def atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` via a temp file in the same directory and `os.replace`."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary, shareable run files
-    os.replace(tmp, path)
+    """Writes `text` to `path` atomically (`keras_preact.files.atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text))
 
 
 def optimizer_step(model) -> int:
@@ -52,71 +48,85 @@ class TrainingGuard(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class RunBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` saving every `every` optimizer steps and at each epoch end, with:
+# In RUN_DIR/backup: the newest backup and the one before it (kept in case the newest is
+# damaged, e.g. by a full disk), each with the optimizer state.
+BACKUP_FILE = "latest.weights.h5"
+PREVIOUS_FILE = "previous.weights.h5"
 
-    - resume by step: the restored `optimizer.iterations` picks the epoch to continue from
-      (Keras' own metadata only knows whole epochs);
+
+def restore_backup(model, backup_dir: str, log=print) -> int | None:
+    """Loads the newest readable backup in `backup_dir` into `model` (weights and optimizer
+    state); returns its step, or None when there is no backup.
+
+    A damaged newest file (truncated by a crash or a full disk) falls back to the previous
+    one, saying so; when no file is readable a ValueError names them and what to do.
+    """
+    paths = [os.path.join(backup_dir, f) for f in (BACKUP_FILE, PREVIOUS_FILE)]
+    paths = [p for p in paths if os.path.exists(p)]
+    if not paths:
+        return None
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    errors = []
+    for path in paths:
+        try:
+            model.load_weights(path)
+        except Exception as error:  # h5py and Keras raise many kinds for a damaged file
+            errors.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}")
+            continue
+        if errors:
+            log(f"keras-preact: warning: {errors[0]}; resuming from {path} instead")
+        return optimizer_step(model)
+    raise ValueError(f"No readable backup in {backup_dir} ({'; '.join(errors)}). Delete "
+                     f"{backup_dir} to start over, or choose another --output.")
+
+
+class RunBackup(keras.callbacks.Callback):
+    """Backs the run up (weights and optimizer state) every `every` optimizer steps and at
+    each epoch end, for `restore_backup` to resume from:
+
     - no poisoned backups: a save is skipped when the loss or any weight is not finite, so
       the last good backup survives a NaN;
-    - atomic files (temp + `os.replace`), so a SIGKILL mid-save leaves the previous backup;
-    - multi-worker safety: every worker restores from `backup_dir`, only the chief writes
-      there; the others write to a private temp dir that is removed at the end.
+    - atomic files (temp + `os.replace`), the previous backup kept beside the newest;
+    - multi-worker safety: only the chief writes (`chief=False` saves nothing).
     """
 
-    def __init__(self, backup_dir: str, *, every: int, steps_per_epoch: int, total_steps: int,
-                 chief: bool = True, verbose: bool = True):
-        self.restore_dir = backup_dir
-        write_dir = backup_dir if chief else tempfile.mkdtemp(prefix="keras_preact_backup_")
-        super().__init__(write_dir, save_freq="epoch", delete_checkpoint=False)
+    def __init__(self, backup_dir: str, *, every: int, steps_per_epoch: int,
+                 chief: bool = True, saved_step: int | None = None):
+        super().__init__()
+        self.backup_dir = backup_dir
         self.every = every
         self.steps_per_epoch = steps_per_epoch
-        self.total_steps = total_steps
-        self.verbose = verbose
-        self.resumed_step: int | None = None
-        self.saved_step: int | None = None
-
-    def on_train_begin(self, logs=None):
-        path = os.path.join(self.restore_dir, "latest.weights.h5")
-        if not os.path.exists(path):
-            return
-        if not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(path)
-        step = self.resumed_step = self.saved_step = optimizer_step(self.model)
-        epochs = math.ceil(self.total_steps / self.steps_per_epoch)
-        # Keras' own BackupAndRestore sets this private attribute the same way.
-        self.model._initial_epoch = epochs if step >= self.total_steps else step // self.steps_per_epoch
-        if self.verbose:
-            print(f"keras-preact: resuming from step {step} of {self.total_steps} "
-                  f"(backup {self.restore_dir})", flush=True)
+        self.chief = chief
+        self.saved_step = saved_step
 
     def on_train_batch_end(self, batch, logs=None):
         step = optimizer_step(self.model)
         if step % self.every == 0 and _finite((logs or {}).get("loss")):
-            self._save_model()
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
         if _finite((logs or {}).get("loss")):
-            self._save_model()
+            self._save()
 
-    def _save_model(self):
+    def _save(self):
         step = optimizer_step(self.model)
         if step == self.saved_step:
             return
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
             return
-        os.makedirs(self.backup_dir, exist_ok=True)
-        tmp = os.path.join(self.backup_dir, "tmp-latest.weights.h5")
-        self.model.save_weights(tmp, overwrite=True)
-        os.replace(tmp, self._weights_path)
-        atomic_write_text(self._training_metadata_path, json.dumps(
-            {"epoch": step // self.steps_per_epoch, "step": step}))
         self.saved_step = step
-
-    def on_train_end(self, logs=None):
-        if self.backup_dir != self.restore_dir:
-            shutil.rmtree(self.backup_dir, ignore_errors=True)
+        if not self.chief:
+            return
+        os.makedirs(self.backup_dir, exist_ok=True)
+        latest = os.path.join(self.backup_dir, BACKUP_FILE)
+        tmp = os.path.join(self.backup_dir, "tmp-" + BACKUP_FILE)
+        self.model.save_weights(tmp, overwrite=True)
+        if os.path.exists(latest):
+            os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        os.replace(tmp, latest)
+        atomic_write_text(os.path.join(self.backup_dir, "training_metadata.json"), json.dumps(
+            {"epoch": step // self.steps_per_epoch, "step": step}))
 
 
 class Progress(keras.callbacks.Callback):

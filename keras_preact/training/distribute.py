@@ -16,8 +16,12 @@ and the patched functions defer to the originals for every other strategy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sys
+import time
 import warnings
 
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")
@@ -26,13 +30,74 @@ STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")
 MWMS_PATCHED_KERAS = ((3, 5), (3, 15))
 
 
+def tf_config() -> dict:
+    """The TF_CONFIG environment variable as a dict ({} when unset); a clear ValueError when
+    it is not the JSON object tf.distribute expects."""
+    text = os.environ.get("TF_CONFIG") or "{}"
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        config = error
+    if not isinstance(config, dict) or not isinstance(config.get("cluster", {}), dict):
+        raise ValueError('TF_CONFIG must be a JSON object like {"cluster": {"worker": '
+                         '["host:port", ...]}, "task": {"type": "worker", "index": 0}}. '
+                         f"Received: TF_CONFIG={text[:200]!r}")
+    return config
+
+
 def cluster_workers() -> int:
     """Number of chief + worker tasks in TF_CONFIG (0 when TF_CONFIG is unset)."""
-    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    cluster = tf_config().get("cluster", {})
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
-def select_strategy(name: str = "auto"):
+def has_gpu() -> bool:
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+# How long a worker waits for the other workers of TF_CONFIG by default (--connect-timeout).
+CONNECT_TIMEOUT_S = 300.0
+
+
+@contextlib.contextmanager
+def connect_guard(timeout: float):
+    """Bounds MultiWorkerMirroredStrategy's wait for the other workers.
+
+    TensorFlow waits in C++ holding the GIL: no Python handler or thread runs until every
+    worker has connected. So Ctrl-C and SIGTERM get their default action (stop at once), and
+    a forked watchdog ends the process with one clear line after `timeout` seconds.
+    """
+    peers = [address for addresses in tf_config().get("cluster", {}).values()
+             for address in addresses]
+    print(f"keras-preact: waiting for the {len(peers)} workers of TF_CONFIG "
+          f"({', '.join(peers)}) to connect, at most {timeout:g} s (--connect-timeout)",
+          file=sys.stderr, flush=True)
+    handlers = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)}
+    parent = os.getpid()
+    watchdog = os.fork()
+    if watchdog == 0:  # only os-level calls here: the parent's threads are not in this copy
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and os.getppid() == parent:
+            time.sleep(0.5)
+        if os.getppid() == parent:
+            os.write(2, (f"keras-preact train: error: not every worker of TF_CONFIG "
+                         f"({', '.join(peers)}) connected within {timeout:g} s; start them "
+                         "all with the same TF_CONFIG cluster, or raise --connect-timeout.\n"
+                         ).encode())
+            os.kill(parent, signal.SIGKILL)
+        os._exit(0)
+    try:
+        yield
+    finally:
+        os.kill(watchdog, signal.SIGKILL)
+        os.waitpid(watchdog, 0)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+def select_strategy(name: str = "auto", connect_timeout: float = CONNECT_TIMEOUT_S):
     """Creates the `tf.distribute` strategy for `--strategy NAME`.
 
     `auto`: MultiWorkerMirroredStrategy when TF_CONFIG lists several workers, else
@@ -42,6 +107,7 @@ def select_strategy(name: str = "auto"):
     the first step; benchmarks/README.md.)
     `mirrored` without GPUs mirrors over the logical CPU devices, if there are several.
     Call it before any other TensorFlow work: MWMS must configure collectives at start-up.
+    MWMS waits at most `connect_timeout` seconds for the other workers (`connect_guard`).
 
     Example:
     >>> select_strategy("one-device").num_replicas_in_sync  # doctest: +SKIP
@@ -51,12 +117,13 @@ def select_strategy(name: str = "auto"):
 
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}. Valid strategies: {list(STRATEGIES)}.")
+    workers = cluster_workers()  # also checks TF_CONFIG before TensorFlow reads it
     # Physical, not logical: listing logical devices starts the TF context, after which MWMS
     # can no longer configure its collectives.
     gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
         name = (
-            "multi-worker" if cluster_workers() > 1
+            "multi-worker" if workers > 1
             else "mirrored" if len(gpus) > 1
             else "one-device"
         )
@@ -67,7 +134,8 @@ def select_strategy(name: str = "auto"):
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multi-worker":
         apply_mwms_compat()
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        with connect_guard(connect_timeout):
+            return tf.distribute.MultiWorkerMirroredStrategy()
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)

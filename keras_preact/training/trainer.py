@@ -8,12 +8,15 @@ training finished, `model.keras`: the trained network as plain Keras layers, whi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import platform
 import shutil
 import tempfile
+import warnings
 
 from keras_preact.builder import outputs_logits
 from keras_preact.training import callbacks as run_callbacks
@@ -32,8 +35,16 @@ RESUME_KEYS = ("model", "overrides", "dataset", "steps", "batch_size", "lr", "wa
                "mixed_precision", "stages")
 
 
+# Settings a rerun may change to resume a run that diverged (the advice its error gives).
+DIVERGED_MAY_CHANGE = ("lr", "warmup_steps", "warmup_lr")
+
+
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf; the last good backup is kept in RUN_DIR/backup."""
+    """The loss became NaN/inf at `step`; the last good backup is kept in RUN_DIR/backup."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 def _check_positive(**values) -> None:
@@ -68,6 +79,7 @@ def train(
     overrides: dict | None = None,
     seed: int | None = None,
     verbose: int = 1,
+    connect_timeout: float | None = None,
 ):
     """Trains registered network `model` with the paper's recipe; returns the trained model.
 
@@ -79,6 +91,8 @@ def train(
     With `download`, TFDS downloads and prepares CIFAR into `data_dir` if it is not there yet.
     Rerunning the same call after an interruption resumes from `output/backup`.
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
+    Multi-worker runs wait `connect_timeout` seconds at most for the other workers
+    (default `distribute.CONNECT_TIMEOUT_S`, 5 minutes).
     `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.scan`:
     same math, a first step in seconds even at depth 1001, less memory) and other designs
     as plain layers; `model.keras` is always the plain layer graph. Returns the trained,
@@ -114,10 +128,16 @@ def train(
     if not (isinstance(warmup_steps, int) and 0 <= warmup_steps < steps):
         raise ValueError(f"`warmup_steps` must be an integer in [0, steps={steps}). "
                          f"Received: warmup_steps={warmup_steps!r}")
-    if not (lr > 0 and warmup_lr > 0 and weight_decay >= 0 and 0 <= momentum < 1):
-        raise ValueError(f"Need lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= momentum < 1. "
-                         f"Received: lr={lr}, warmup_lr={warmup_lr}, "
+    rates = (lr, warmup_lr, weight_decay, momentum)
+    if not (all(math.isfinite(r) for r in rates) and lr > 0 and warmup_lr > 0
+            and weight_decay >= 0 and 0 <= momentum < 1):
+        raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= momentum "
+                         f"< 1. Received: lr={lr}, warmup_lr={warmup_lr}, "
                          f"weight_decay={weight_decay}, momentum={momentum}")
+    _check_input_size(spec, info.family)
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
+                              "Choose another --output.")
     stages = resolve_stages(stages, spec, output)
     _check_compile_options(model, stages, recompute, mixed_precision)
     if strategy not in distribute.STRATEGIES:
@@ -127,16 +147,22 @@ def train(
                               "Choose another --output.")
 
     # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
-    strat = distribute.select_strategy(strategy)
+    strat = distribute.select_strategy(strategy, connect_timeout or distribute.CONNECT_TIMEOUT_S)
     chief = distribute.is_chief(strat)
     if batch_size % strat.num_replicas_in_sync:
         raise ValueError(f"`batch_size` (global) must be divisible by the "
                          f"{strat.num_replicas_in_sync} replicas. Received: {batch_size}")
+    if mixed_precision == "float16" and not distribute.has_gpu():
+        warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
+                      "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
+                      stacklevel=2)
+    examples = data.check_split(dataset, "train", data_dir, download)
+    if not val_examples + batch_size <= examples:
+        raise ValueError(f"{dataset!r} has {examples} training examples: `val_examples` + "
+                         f"`batch_size` must not exceed that. Received: "
+                         f"val_examples={val_examples}, batch_size={batch_size}")
     train_split, val_split = data.train_val_splits(val_examples)
-    train_examples = data.check_split(dataset, train_split, data_dir, download)
-    if val_split:
-        data.check_split(dataset, val_split, data_dir)
-    steps_per_epoch = steps_per_epoch or max(1, train_examples // batch_size)
+    steps_per_epoch = steps_per_epoch or (examples - val_examples) // batch_size
 
     config = {
         "model": model, "overrides": overrides, "dataset": dataset, "family": info.family,
@@ -150,18 +176,24 @@ def train(
         "backup_every": backup_every, "seed": seed,
         "versions": _versions(),
     }
-    _check_resumable(output, config)
-    # Non-chief workers write everything into a private temp dir (removed at the end).
+    # Non-chief workers write everything into a private temp dir (removed at the end); the
+    # chief holds the run dir's lock while it trains (workers of one run share the dir).
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
-    os.makedirs(run_dir, exist_ok=True)
-    run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
-                                    json.dumps(config, indent=2, default=list) + "\n")
-    try:
-        return _fit(spec, model, overrides, config, strat, run_dir, output, chief,
-                    train_split, val_split, seed, verbose)
-    finally:
-        if not chief:
-            shutil.rmtree(run_dir, ignore_errors=True)
+    with run_lock(output) if chief else contextlib.nullcontext():
+        config = _resume_config(output, config)
+        run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
+                                        json.dumps(config, indent=2, default=list) + "\n")
+        try:
+            return _fit(spec, model, overrides, config, strat, run_dir, output, chief,
+                        train_split, val_split, seed, verbose)
+        except TrainingDiverged as error:
+            config["diverged_at_step"] = error.step
+            run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
+                                            json.dumps(config, indent=2, default=list) + "\n")
+            raise
+        finally:
+            if not chief:
+                shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def default_warmup_steps(steps: int, family: str) -> int:
@@ -253,12 +285,17 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
             mixed_precision=config["mixed_precision"], jit_compile=config["jit_compile"],
         )
 
-    guard = run_callbacks.TrainingGuard(steps)
-    backup = run_callbacks.RunBackup(
-        os.path.join(output, "backup"), every=config["backup_every"], steps_per_epoch=spe,
-        total_steps=steps, chief=chief, verbose=bool(verbose),
-    )
+    # Every worker resumes from the chief's backup; fit continues the epoch it was in.
+    backup_dir = os.path.join(output, "backup")
+    with strat.scope():
+        resumed = run_callbacks.restore_backup(net, backup_dir)
     epochs = math.ceil(steps / spe)
+    if resumed is not None and verbose:
+        print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})",
+              flush=True)
+    guard = run_callbacks.TrainingGuard(steps)
+    backup = run_callbacks.RunBackup(backup_dir, every=config["backup_every"],
+                                     steps_per_epoch=spe, chief=chief, saved_step=resumed)
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))]
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
@@ -266,14 +303,16 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
     # The datasets shuffle themselves (fit would only warn that it cannot).
     net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
-            validation_data=val_ds, callbacks=callbacks, verbose=0)
+            initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
+            callbacks=callbacks, verbose=0)
 
     if guard.nan_step is not None:
-        kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup.restore_dir}"
+        kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
                 if backup.saved_step is not None else "no backup had been written yet")
         raise TrainingDiverged(
             f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept}. "
-            f"Lower --lr or keep the warm-up (--warmup-steps) and rerun to resume."
+            f"Rerun with a lower --lr (or a longer --warmup-steps) to resume from it; "
+            f"config.json records the change.", guard.nan_step,
         )
     # The chief writes model.keras atomically; other workers save into their temp dir.
     tmp = os.path.join(run_dir, ".tmp-model.keras")
@@ -314,8 +353,15 @@ def _saved_config(output: str) -> dict:
     path = os.path.join(output, "config.json")
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        config = error
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a keras-preact run config ({config}). Move it away to "
+                         "start over, or choose another --output.")
+    return config
 
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
@@ -335,19 +381,62 @@ def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     return stages
 
 
-def _check_resumable(output: str, config: dict) -> None:
-    """A rerun in an existing RUN_DIR resumes only with the same recipe."""
+def _resume_config(output: str, config: dict) -> dict:
+    """The config a run in `output` continues with: `config`, checked against the run it
+    resumes. Only a run with a backup has something to resume (a start that failed before
+    its first backup is simply replaced); it resumes with the same recipe, except that a
+    diverged run may change `DIVERGED_MAY_CHANGE`, recorded under "changes"."""
     before = _saved_config(output)
-    if not before:
-        return
+    if not before or not os.path.exists(os.path.join(output, "backup", run_callbacks.BACKUP_FILE)):
+        return config
     changed = {k: (before.get(k), config[k]) for k in RESUME_KEYS
                if json.loads(json.dumps(before.get(k))) != json.loads(json.dumps(config[k]))}
-    if changed:
+    allowed = DIVERGED_MAY_CHANGE if "diverged_at_step" in before else ()
+    refused = {k: v for k, v in changed.items() if k not in allowed}
+    if refused:
+        hint = (f" After a divergence only {', '.join(DIVERGED_MAY_CHANGE)} may change."
+                if allowed else "")
         raise ValueError(
             f"{output!r} holds a run with other settings; use another --output or the same "
-            "flags to resume. Received (before -> now): "
-            + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            f"flags to resume.{hint} Received (before -> now): "
+            + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
         )
+    changes = list(before.get("changes", []))
+    if changed:
+        changes.append({"at_step": before["diverged_at_step"],
+                        **{k: list(v) for k, v in changed.items()}})
+    return {**config, "changes": changes} if changes else config
+
+
+@contextlib.contextmanager
+def run_lock(output: str):
+    """Holds an exclusive lock on run dir `output` (created if needed) while training.
+
+    A second trainer on a live run dir is refused at once. The lock is the kernel's
+    (`flock` on the directory), so a killed trainer never leaves it stuck.
+    """
+    os.makedirs(output, exist_ok=True)
+    fd = os.open(output, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(f"Another trainer is running in {output!r}; wait for it, or "
+                                  "choose another --output.") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _check_input_size(spec, family: str) -> None:
+    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square."""
+    height, width = spec.input_shape[:2]
+    if family == "cifar" and (height, width) not in ((32, 32), (None, None)):
+        raise ValueError(f"CIFAR images are 32x32: train with input_shape (32, 32, 3). "
+                         f"Received: input_shape={spec.input_shape}")
+    if family == "imagenet" and (height is None or height != width):
+        raise ValueError(f"ImageNet training crops squares: input_shape must be (side, side, "
+                         f"3). Received: input_shape={spec.input_shape}")
 
 
 def _versions() -> dict:

@@ -1,0 +1,102 @@
+"""The command line as a new user meets it: fast answers, a quiet console, one-line errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from keras_preact import cli
+
+
+def _no_network(monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def refuse(self, *args, **kwargs):
+        raise requests.exceptions.ConnectionError(
+            "HTTPSConnectionPool(host='www.cs.toronto.edu', port=443): Max retries exceeded")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", refuse)
+
+
+@pytest.fixture
+def tiny_model_file(tmp_path):
+    import keras_preact
+
+    path = tmp_path / "tiny.keras"
+    keras_preact.build("preact-20", depth=8).save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_failed_download_is_one_line_that_says_what_to_do(
+        command, monkeypatch, tmp_path, capsys, tiny_model_file):
+    _no_network(monkeypatch)
+    empty = tmp_path / "tfds"
+    empty.mkdir()
+    target = ["preact-20", "--output", str(tmp_path / "run")] if command == "train" else [
+        tiny_model_file]
+    assert cli.main([command, *target, "--data-dir", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"keras-preact {command}: error: Could not download dataset 'cifar10' "
+                          "(ConnectionError: HTTPSConnectionPool(host='www.cs.toronto.edu'")
+    assert "pass --data-dir with a prepared copy" in err and "tfds build cifar10" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_model_file):
+    """imagenet2012's `test` split has no labels: its held-out split is `validation`."""
+    from keras_preact.training import data, trainer
+
+    asked = []
+
+    def check_split(name, split, data_dir, download=False):
+        asked.append((name, split))
+        raise FileNotFoundError("stop here")
+
+    monkeypatch.setattr(data, "check_split", check_split)
+    for dataset in ("cifar10", "imagenet2012"):
+        with pytest.raises(FileNotFoundError, match="stop here"):
+            trainer.evaluate(tiny_model_file, dataset=dataset)
+    assert asked == [("cifar10", "test"), ("imagenet2012", "validation")]
+
+
+FAST = """
+import sys, time
+started = time.perf_counter()
+from keras_preact import cli
+for argv in {argvs!r}:
+    try:
+        cli.main(argv)
+    except SystemExit:  # --help
+        pass
+heavy = sorted(m for m in ("keras", "tensorflow", "tensorflow_datasets") if m in sys.modules)
+print("HEAVY", heavy, round(time.perf_counter() - started, 2), file=sys.stderr)
+"""
+
+
+def test_help_and_list_never_import_tensorflow():
+    """What makes `--help` and `list` answer at once (measured in benchmarks/README.md)."""
+    argvs = [["--help"], ["list"], ["list", "preact-1??"], ["list", "--weights"],
+             *[[c, "--help"] for c in cli.COMMANDS]]
+    done = subprocess.run([sys.executable, "-c", FAST.format(argvs=argvs)],
+                          capture_output=True, text=True, timeout=120)
+    assert "HEAVY [] " in done.stderr, done.stderr[-2000:]
+    assert "preact-110" in done.stdout and "usage: keras-preact train" in done.stdout
+
+
+def test_the_console_shows_only_our_lines(cifar10_data_dir, tmp_path):
+    """No TensorFlow start-up lines, no third-party warnings; --verbose brings them back."""
+    argv = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override",
+            "depth=8", "--steps", "2", "--batch-size", "16", "--val-examples", "16",
+            "--data-dir", cifar10_data_dir]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    quiet = subprocess.run([*argv, "--output", str(tmp_path / "q")], capture_output=True,
+                           text=True, timeout=600, env=env)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-3000:]
+    assert quiet.stdout.splitlines()[0].startswith("epoch 1/1 - step 2/2 - ")
+    verbose = subprocess.run([*argv, "--output", str(tmp_path / "v"), "--verbose"],
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert verbose.returncode == 0 and "I0000" in verbose.stderr

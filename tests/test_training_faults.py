@@ -1,0 +1,179 @@
+"""The trainer under faults and hostile input: one run per RUN_DIR, advice that works, damaged
+backups, failed starts, bad environment. Each error is one line that names its source."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from keras_preact import cli, training
+from keras_preact.training import callbacks, trainer
+
+TINY = {"depth": 8}
+HOLD_LOCK = """
+import sys, time
+from keras_preact.training.trainer import run_lock
+with run_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_trainer_on_a_live_run_dir_is_refused(tmp_path, capsys, cifar10_data_dir):
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run_dir)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert cli.main(["train", "preact-20", "--override", "depth=8", "--output",
+                         str(run_dir), "--data-dir", cifar10_data_dir]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"keras-preact train: error: Another trainer is running in "
+                       f"{str(run_dir)!r}; wait for it, or choose another --output.\n")
+        assert os.listdir(run_dir) == []  # nothing written by the refused one
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock with the process
+        holder.wait()
+    with trainer.run_lock(str(run_dir)):
+        with pytest.raises(FileExistsError, match="Another trainer"):
+            with trainer.run_lock(str(run_dir)):
+                pass
+
+
+def test_a_diverged_run_resumes_with_the_lower_lr_its_error_advises(cifar10_data_dir, tmp_path):
+    run_dir = str(tmp_path / "nan")
+    common = dict(output=run_dir, data_dir=cifar10_data_dir, steps=12, steps_per_epoch=6,
+                  batch_size=32, warmup_steps=4, val_examples=0, backup_every=2,
+                  overrides=TINY, verbose=0)
+    with pytest.raises(training.TrainingDiverged, match="Rerun with a lower --lr") as diverged:
+        training.train("preact-20", lr=1e30, **common)
+    assert json.load(open(os.path.join(run_dir, "config.json")))["diverged_at_step"] == (
+        diverged.value.step)
+    with pytest.raises(ValueError, match=r"only lr, warmup_steps, warmup_lr may change.*"
+                                         r"batch_size: 32 -> 16"):
+        training.train("preact-20", lr=0.1, **{**common, "batch_size": 16})
+    model = training.train("preact-20", lr=0.1, **common)
+    assert int(model.optimizer.iterations.numpy()) == 12
+    config = json.load(open(os.path.join(run_dir, "config.json")))
+    assert config["lr"] == 0.1
+    assert config["changes"] == [{"at_step": diverged.value.step, "lr": [1e30, 0.1]}]
+    assert 4 < diverged.value.step <= 12 and "diverged_at_step" not in config
+
+
+def test_a_start_that_failed_before_its_first_backup_does_not_block_the_rerun(
+        cifar10_data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"model": "preact-20", "lr": 0.5}))
+    model = training.train("preact-20", output=str(run_dir), data_dir=cifar10_data_dir,
+                           steps=2, batch_size=16, val_examples=0, overrides=TINY, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 2
+    assert json.load(open(run_dir / "config.json"))["lr"] == 0.1
+
+
+def _fit_with_backups(backup_dir, steps):
+    from keras_preact.training.schedule import paper_schedule
+
+    model = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                                      overrides=TINY)
+    x = np.random.default_rng(0).normal(size=(4 * steps, 32, 32, 3)).astype("float32")
+    y = np.arange(4 * steps) % 10
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[
+        callbacks.RunBackup(backup_dir, every=1, steps_per_epoch=steps)])
+    return model
+
+
+def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
+    backup_dir = str(tmp_path / "backup")
+    _fit_with_backups(backup_dir, steps=3)
+    latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
+    with open(latest, "r+b") as f:
+        f.truncate(os.path.getsize(latest) // 2)
+    said = []
+    fresh = _fit_with_backups(str(tmp_path / "other"), steps=1)
+    assert callbacks.restore_backup(fresh, backup_dir, log=said.append) == 2
+    assert len(said) == 1 and said[0].startswith(f"keras-preact: warning: {latest}: ")
+    assert said[0].endswith(f"resuming from {backup_dir}/{callbacks.PREVIOUS_FILE} instead")
+    previous = os.path.join(backup_dir, callbacks.PREVIOUS_FILE)
+    with open(previous, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match=f"No readable backup in {backup_dir} .*Delete "
+                                         f"{backup_dir} to start over"):
+        callbacks.restore_backup(fresh, backup_dir)
+
+
+@pytest.mark.parametrize("setup, argv, message", [
+    (lambda d: (d / "afile").write_text("x"), ["--output", "{d}/afile"],
+     "`output` must be a run directory; '{d}/afile' is a file"),
+    (lambda d: (d / "afile").write_text("x"), ["--output", "{d}/afile/run"],
+     "Not a directory: '{d}/afile"),
+    (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text("{oops"),
+     ["--output", "{d}/run"], "{d}/run/config.json is not a keras-preact run config "
+                              r"\(Expecting property name"),
+    (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text("[]"),
+     ["--output", "{d}/run"], r"{d}/run/config.json is not a keras-preact run config \(\[\]\)"),
+    (None, ["--output", "{d}/run", "--lr", "inf"], "Need finite lr > 0.*lr=inf"),
+    (None, ["--output", "{d}/run", "--val-examples", "50000"],
+     "'cifar10' has 50000 training examples: `val_examples` \\+ `batch_size` must not exceed"),
+    (None, ["--output", "{d}/run", "--override", "input_shape=[8,8,3]"],
+     r"CIFAR images are 32x32: .* Received: input_shape=\(8, 8, 3\)"),
+])
+def test_bad_run_dirs_and_settings_are_one_line(setup, argv, message, tmp_path, capsys,
+                                                  cifar10_data_dir):
+    import re
+
+    if setup:
+        setup(tmp_path)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    argv = [a.format(d=tmp_path) for a in argv]
+    assert cli.main(["train", "preact-20", "--data-dir", cifar10_data_dir, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("keras-preact train: error: ")
+    assert re.search(message.format(d=tmp_path), err), err
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.parametrize("value", ["not json", "[]", '{"cluster": []}'])
+def test_a_malformed_tf_config_is_named(value, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TF_CONFIG", value)
+    assert cli.main(["train", "preact-20", "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: TF_CONFIG must be a JSON object")
+    assert err.rstrip().endswith(f"Received: TF_CONFIG={value!r}")
+
+
+def test_float16_on_a_cpu_warns(tmp_path):
+    with pytest.warns(UserWarning, match="float16 has no fast kernels on CPUs"):
+        with pytest.raises(FileNotFoundError, match="does not exist"):
+            training.train("preact-20", output=str(tmp_path / "r"), mixed_precision="float16",
+                           data_dir=str(tmp_path / "missing"), overrides=TINY)
+
+
+def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
+    ports = []
+    import socket
+
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                 "task": {"type": "worker", "index": 0}}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--output",
+         str(tmp_path / "run"), "--connect-timeout", "3", "--override", "depth=8"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith("keras-preact: waiting for the 2 workers of TF_CONFIG")
+    assert lines[-1] == (
+        f"keras-preact train: error: not every worker of TF_CONFIG (localhost:{ports[0]}, "
+        f"localhost:{ports[1]}) connected within 3 s; start them all with the same TF_CONFIG "
+        "cluster, or raise --connect-timeout.")
+    assert time.monotonic() - started < 250
