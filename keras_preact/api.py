@@ -120,6 +120,32 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     >>> load_model(path).name
     'preact-20'
     """
+    path, _ = _read_config(path, max_layers)
+    return keras.saving.load_model(path, compile=compile)
+
+
+def load_for_inference(path: str, max_layers: int = MAX_LAYERS) -> keras.Model:
+    """`load_model(path, compile=False)` for evaluation and export, except that a full
+    pre-activation net of `build` comes back in its scanned form (`scan.load_scanned`):
+    same outputs, loaded without building its layer graph (preact-1001: 6x faster).
+
+    Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    >>> build("preact-20", depth=14).save(path)
+    >>> [layer.name for layer in load_for_inference(path).layers if "scan" in layer.name]
+    ['stage1_scan', 'stage2_scan', 'stage3_scan']
+    """
+    from keras_preact import scan
+
+    path, config = _read_config(path, max_layers)
+    model = scan.load_scanned(path, config)
+    return keras.saving.load_model(path, compile=False) if model is None else model
+
+
+def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
+    """`(path of the .keras file, its config.json)` for a file or run dir, once checked to
+    ask for at most `max_layers` layers (`load_model`), with room for Keras to build them."""
     import json
     import os
     import zipfile
@@ -151,7 +177,7 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
             f"max_layers={max_layers} (pass a larger max_layers for a trusted file)."
         )
     allow_deep_graph(layers)
-    return keras.saving.load_model(path, compile=compile)
+    return path, config
 
 
 def _count_layers(config, path: str) -> int:

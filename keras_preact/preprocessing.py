@@ -69,7 +69,16 @@ IMAGENET_RESIZE_RATIO = 256 / 224
 
 def family_of(model: keras.Model) -> str:
     """"imagenet" for nets with the 7x7/2 + max-pool stem (layer `stem_pool`), else "cifar"."""
-    names = {layer.name for layer in model.layers}
+    return family_of_layers({layer.name for layer in model.layers})
+
+
+def family_of_layers(names: set[str]) -> str:
+    """`family_of` from layer names alone (e.g. a `.keras` file's config).
+
+    Example:
+    >>> family_of_layers({"stem_conv", "stem_pool"})
+    'imagenet'
+    """
     return "imagenet" if "stem_pool" in names else "cifar"
 
 

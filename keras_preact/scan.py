@@ -29,6 +29,8 @@ True
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 import keras
@@ -307,27 +309,36 @@ def is_scanned(model: keras.Model) -> bool:
 
 def _spec_of(model: keras.Model) -> ResNetSpec:
     """The spec of a full pre-activation net built by `keras_preact.build` (either form),
-    read off its layer names; `_convert` then checks the model really is that net."""
-    from keras_preact.preprocessing import family_of
+    read off its layers; `_convert` then checks the model really is that net."""
+    return _spec_from({layer.name for layer in model.layers},
+                      lambda name: model.get_layer(name).get_config(),
+                      tuple(model.input_shape[1:]), model.name)
 
-    names = {layer.name for layer in model.layers}
+
+def _spec_from(names: set[str], config_of, input_shape: tuple, what: str) -> ResNetSpec:
+    """The spec of a net built by `keras_preact.build` (either form) from its layer `names`,
+    `config_of(name)` (a layer's config, read only for `stage{s}_scan` and `predictions`) and
+    input shape: of a model (`_spec_of`) or of a `.keras` file's config (`load_scanned`).
+    Raises ValueError naming `what` for a net not built there; the caller checks the rest."""
+    from keras_preact.preprocessing import family_of_layers
+
     units: dict[int, int] = {}
     for name in names:
         match = UNIT_ADD.match(name) or SCAN_NAME.match(name)
         if match:
             stage = int(match.group(1))
-            extra = model.get_layer(name).units if SCAN_NAME.match(name) else 0
+            extra = config_of(name)["units"] if SCAN_NAME.match(name) else 0
             units[stage] = max(units.get(stage, 0), extra + 1 if extra else int(match.group(2)))
     convs = sum(1 for k in (1, 2, 3) if f"stage1_unit001_conv{k}" in names)
     blocks_by_convs = {n: b for b, n in CONVS_PER_UNIT.items()}
     if not units or sorted(units) != list(range(1, len(units) + 1)) or convs not in blocks_by_convs:
-        raise ValueError(f"{model.name!r} is not a network built by keras_preact.build "
-                         f"(no stage{{s}}_unit{{uuu}}_* layers). Received: {model.name!r}")
-    fields = {"family": family_of(model), "block": blocks_by_convs[convs],
+        raise ValueError(f"{what!r} is not a network built by keras_preact.build "
+                         f"(no stage{{s}}_unit{{uuu}}_* layers). Received: {what!r}")
+    fields = {"family": family_of_layers(names), "block": blocks_by_convs[convs],
               "units": tuple(units[s] for s in sorted(units)),
-              "input_shape": tuple(model.input_shape[1:]), "include_top": "predictions" in names}
+              "input_shape": input_shape, "include_top": "predictions" in names}
     if fields["include_top"]:
-        head = model.get_layer("predictions").get_config()
+        head = config_of("predictions")
         fields["classes"] = head["units"]
         fields["classifier_activation"] = None if head["activation"] == "linear" else head["activation"]
     else:
@@ -335,7 +346,7 @@ def _spec_of(model: keras.Model) -> ResNetSpec:
     try:
         return ResNetSpec(**fields)
     except ValueError as error:
-        raise ValueError(f"{model.name!r} is not a network built by keras_preact.build: "
+        raise ValueError(f"{what!r} is not a network built by keras_preact.build: "
                          f"{error}") from None
 
 
@@ -374,19 +385,24 @@ def _unit_layers(stage: int, unit: int, n_convs: int) -> list[str]:
         f"{prefix}_add"]
 
 
+def _build(spec: ResNetSpec, name: str, stages: str, dtype_policy) -> keras.Model:
+    """`build_from_spec` under `dtype_policy` (that of the net converted or loaded)."""
+    from keras_preact.builder import build_from_spec
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype_policy)
+    try:
+        return build_from_spec(spec, name=name, stages=stages)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 def _convert(model: keras.Model, stages: str) -> keras.Model:
     """Rebuilds `model`'s network in form `stages` under its dtype policy and copies every
     weight across; a model that is not exactly that network raises ValueError."""
-    from keras_preact.builder import build_from_spec
-
     spec = _spec_of(model)
     check_scannable(spec)
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(model.get_layer("stem_conv").dtype_policy)
-    try:
-        target = build_from_spec(spec, name=model.name, stages=stages)
-    finally:
-        keras.config.set_dtype_policy(previous)
+    target = _build(spec, model.name, stages, model.get_layer("stem_conv").dtype_policy)
     copy_weights(model, target)
     return target
 
@@ -429,17 +445,26 @@ def copy_weights(source: keras.Model, target: keras.Model) -> None:
                          f"{diff}")
 
     for layer in scanned.layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            continue
         if isinstance(layer, ScannedUnits):
-            _copy_units(layer, plain, to_scan=to_scan)
-            continue
-        other = plain.get_layer(layer.name)
-        if other.get_config() != layer.get_config():
-            raise ValueError(f"Layer {layer.name!r} differs between the two forms. Received: "
-                             f"{other.get_config()} and {layer.get_config()}")
-        src, dest = (other, layer) if to_scan else (layer, other)
-        dest.set_weights(src.get_weights())
+            for plain_names, _ in _unit_weights(layer):
+                for plain_layer in map(plain.get_layer, plain_names):
+                    if (isinstance(plain_layer, keras.layers.BatchNormalization) and
+                            (plain_layer.momentum, plain_layer.epsilon) != (layer.momentum,
+                                                                            layer.epsilon)):
+                        raise ValueError(
+                            f"{plain_layer.name}: momentum/epsilon {plain_layer.momentum}/"
+                            f"{plain_layer.epsilon} differ from {layer.name}'s "
+                            f"{layer.momentum}/{layer.epsilon}.")
+        elif not isinstance(layer, keras.layers.InputLayer):
+            other = plain.get_layer(layer.name)
+            if other.get_config() != layer.get_config():
+                raise ValueError(f"Layer {layer.name!r} differs between the two forms. "
+                                 f"Received: {other.get_config()} and {layer.get_config()}")
+    if to_scan:
+        _set_plain_weights(scanned, {layer.name: layer.get_weights() for layer in plain.layers})
+    else:
+        for name, values in _plain_weights(scanned).items():
+            plain.get_layer(name).set_weights(values)
 
 
 def holds_scanned_weights(path: str) -> bool:
@@ -451,24 +476,202 @@ def holds_scanned_weights(path: str) -> bool:
         return "layers" in f and any(k.startswith("scanned_units") for k in f["layers"])
 
 
-def _copy_units(layer: ScannedUnits, plain: keras.Model, to_scan: bool) -> None:
-    """Copies between `layer`'s stacked weights and the plain units it stands for."""
+def _unit_weights(layer: ScannedUnits):
+    """`(plain layer names, stacked weights)` for each BN and conv of `layer`'s units: slice
+    `u` of each stacked weight is a weight of the `u`-th named layer, in `get_weights` order
+    (BN: gamma, beta, moving mean, moving variance; conv: kernel)."""
     stage = int(SCAN_NAME.match(layer.name).group(1))
     prefix = [f"stage{stage}_unit{u:03d}" for u in range(2, layer.units + 2)]
     for k, (bn, kernel) in enumerate(zip(layer.bn_weights, layer.kernels), start=1):
-        pairs = [(kernel, [plain.get_layer(f"{p}_conv{k}").kernel for p in prefix])]
-        bns = [plain.get_layer(f"{p}_bn{k}") for p in prefix]
-        for stacked, attr in zip(bn, ("gamma", "beta", "moving_mean", "moving_variance")):
-            pairs.append((stacked, [getattr(b, attr) for b in bns]))
-        for plain_layer in bns:
-            if (plain_layer.momentum, plain_layer.epsilon) != (layer.momentum, layer.epsilon):
-                raise ValueError(f"{plain_layer.name}: momentum/epsilon {plain_layer.momentum}/"
-                                 f"{plain_layer.epsilon} differ from {layer.name}'s "
-                                 f"{layer.momentum}/{layer.epsilon}.")
-        for stacked, variables in pairs:
-            if to_scan:
-                stacked.assign(np.stack([ops.convert_to_numpy(v) for v in variables]))
-            else:
-                values = ops.convert_to_numpy(stacked)
-                for v, value in zip(variables, values):
-                    v.assign(value)
+        yield [f"{p}_bn{k}" for p in prefix], bn
+        yield [f"{p}_conv{k}" for p in prefix], [kernel]
+
+
+def _plain_weights(scanned: keras.Model) -> dict[str, list[np.ndarray]]:
+    """The weights of `scanned`'s plain form: `{plain layer name: its get_weights()}`."""
+    weights = {}
+    for layer in scanned.layers:
+        if isinstance(layer, ScannedUnits):
+            for names, stacked in _unit_weights(layer):
+                values = [ops.convert_to_numpy(v) for v in stacked]
+                weights.update({name: [v[u] for v in values] for u, name in enumerate(names)})
+        elif not isinstance(layer, keras.layers.InputLayer):
+            weights[layer.name] = layer.get_weights()
+    return weights
+
+
+def _set_plain_weights(scanned: keras.Model, weights) -> None:
+    """Sets every weight of `scanned` from those of its plain form, `weights` as
+    `_plain_weights` gives them (arrays, or h5py datasets: each is read once its shape is
+    checked). Raises KeyError for a missing layer, ValueError naming a layer whose shapes
+    differ."""
+    for layer in scanned.layers:
+        if isinstance(layer, ScannedUnits):
+            for names, stacked in _unit_weights(layer):
+                per_unit = [_weights_of(weights, name, [v.shape[1:] for v in stacked])
+                            for name in names]
+                for k, v in enumerate(stacked):
+                    v.assign(np.stack([values[k] for values in per_unit]))
+        elif not isinstance(layer, keras.layers.InputLayer):
+            layer.set_weights(_weights_of(weights, layer.name, [v.shape for v in layer.weights]))
+
+
+def _weights_of(weights, name: str, shapes: list) -> list[np.ndarray]:
+    """`weights[name]` as arrays, once checked to have `shapes`."""
+    received = [tuple(v.shape) for v in weights[name]]
+    if received != [tuple(shape) for shape in shapes]:
+        raise ValueError(f"Layer {name!r} holds weights of shapes {received}; its place in the "
+                         f"scanned form needs {[tuple(shape) for shape in shapes]}.")
+    return [np.asarray(v) for v in weights[name]]
+
+
+# A `.keras` archive's weights file (keras/src/saving/saving_lib.py).
+KERAS_WEIGHTS_FILE = "model.weights.h5"
+UNIT_PREFIX = re.compile(r"stage(\d+)_unit(\d{3})_")
+# Saving tags objects that several layers share (the dtype policy) with their `id()` in the
+# saving process: not part of the graph. Keys are sorted, so the tag is never first.
+SHARED_ID = re.compile(r', "shared_object_id": \d+')
+
+
+def load_scanned(path: str, config: dict) -> keras.Model | None:
+    """The scanned form of the plain full pre-activation net in the `.keras` file `path`,
+    without building its layer graph; `config` is the file's config.json. Uncompiled.
+
+    The spec read off the layer names is built with `stages="scan"` (fast at any depth) and
+    the file's weights (moving statistics included) go into it. The file must hold exactly
+    the plain graph `keras_preact.build` makes of that spec (every layer config and
+    connection is compared, under the file's dtype policy); None for any other file (other
+    designs, scanned or foreign models): load those with Keras.
+
+    Example:
+    >>> import os, tempfile, json, zipfile, keras_preact
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    >>> keras_preact.build("preact-164", depth=20).save(path)
+    >>> config = json.loads(zipfile.ZipFile(path).read("config.json"))
+    >>> load_scanned(path, config).get_layer("stage1_scan").units
+    1
+    """
+    import io
+    import zipfile
+
+    import h5py
+
+    found = _file_spec(config)
+    if found is None:
+        return None
+    spec, layers, dtype_policy = found
+    name = config["config"]["name"]
+    # Units 2..n of a stage are alike (names aside): 2 units stand for n in the comparison.
+    template = _build(dataclasses.replace(spec, units=tuple(min(n, 2) for n in spec.units)),
+                      name, "layers", dtype_policy)
+    if not _same_graph(config, template, spec.units):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        # Keras stores the weights uncompressed: read into memory (h5py seeks a lot, and
+        # seeking back in a zip member rereads it), as much as the file holds on disk.
+        if archive.getinfo(KERAS_WEIGHTS_FILE).compress_type != zipfile.ZIP_STORED:
+            return None
+        weights_file = io.BytesIO(archive.read(KERAS_WEIGHTS_FILE))
+    model = _build(spec, name, "scan", dtype_policy)
+    with h5py.File(weights_file, "r") as h5:
+        try:
+            _set_plain_weights(model, _file_weights(h5, config["config"]["layers"]))
+        except (KeyError, ValueError):  # weights that do not fit the config: Keras names them
+            return None
+    return model
+
+
+def _file_spec(config: dict):
+    """`(spec, {layer name: entry}, dtype policy name)` of a scannable net of
+    keras_preact.build in a `.keras` config.json, else None."""
+    try:  # The file's config may hold anything: whatever does not parse is not our net.
+        layers = {entry["name"]: entry for entry in config["config"]["layers"]}
+        spec = _spec_from(set(layers), lambda name: layers[name]["config"],
+                          tuple(layers["images"]["config"]["batch_shape"][1:]),
+                          config["config"]["name"])
+        dtype_policy = layers["stem_conv"]["config"]["dtype"]["config"]["name"]
+        keras.dtype_policies.get(dtype_policy)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return (spec, layers, dtype_policy) if scannable(spec) else None
+
+
+def _same_graph(config: dict, template: keras.Model, units: tuple) -> bool:
+    """Whether the `.keras` config.json `config` is the plain graph of `template`'s spec with
+    `units` per stage, `template` being that net with at most 2 units per stage: its unit 2
+    stands for units 2..n (same configs and connections once unit numbers are read as
+    roles, see `_unit_roles`)."""
+    expected = json.loads(template.to_json())
+    template_units = tuple(min(n, 2) for n in units)
+    reference = {entry["name"]: _unit_roles(entry, entry["name"], template_units)
+                 for entry in expected["config"]["layers"]}
+    wanted = set()
+    for name in reference:
+        match = UNIT_PREFIX.match(name)
+        stage = int(match.group(1)) if match else 0
+        copies = range(2, units[stage - 1] + 1) if match and match.group(2) == "002" else [None]
+        wanted.update(name if u is None else UNIT_PREFIX.sub(f"stage{stage}_unit{u:03d}_", name, 1)
+                      for u in copies)
+    layers = config["config"]["layers"]
+    names = [entry["name"] for entry in layers]
+    if len(set(names)) != len(names) or set(names) != wanted:
+        return False
+
+    def head(c: dict) -> dict:  # the model's own config: inputs, outputs, name, trainable
+        return {**c, "config": {k: v for k, v in c["config"].items() if k != "layers"}}
+
+    keys = ("module", "class_name", "registered_name", "config")
+    if (_unit_roles({k: head(config).get(k) for k in keys}, None, units)
+            != _unit_roles({k: head(expected).get(k) for k in keys}, None, template_units)):
+        return False
+    for entry in layers:
+        name = entry["name"]
+        match = UNIT_PREFIX.match(name)
+        if match and match.group(2) != "001":  # units 2..n: compared with the template's 2
+            name = UNIT_PREFIX.sub(r"stage\1_unit002_", name, 1)
+        if _unit_roles(entry, entry["name"], units) != reference[name]:
+            return False
+    return True
+
+
+def _unit_roles(entry, owner: str | None, units: tuple) -> str:
+    """`entry` as JSON with each `stage{s}_unit{uuu}_` named by the unit's role for the layer
+    `owner`: its own unit, the unit before it, a stage's first or last unit, or another
+    unit (which matches nothing). Unit 7 of a 9-unit stage then reads as unit 2 of a 2-unit
+    one: `stage1_unit007_bn1` fed by `stage1_unit006_add` is "own bn1 fed by previous add"."""
+    match = UNIT_PREFIX.match(owner or "")
+    own = (int(match.group(1)), int(match.group(2))) if match else None
+
+    def role(m) -> str:
+        s, u = int(m.group(1)), int(m.group(2))
+        if own == (s, u):
+            name = "own"
+        elif own == (s, u + 1):
+            name = "previous"
+        elif u == 1:
+            name = "first"
+        elif 1 <= s <= len(units) and u == units[s - 1]:
+            name = "last"
+        else:
+            name = f"other{u}"
+        return f"stage{s}_unit<{name}>_"
+
+    return UNIT_PREFIX.sub(role, SHARED_ID.sub("", json.dumps(entry, sort_keys=True)))
+
+
+def _file_weights(h5, layers: list) -> dict[str, list]:
+    """`{layer name: [h5py datasets]}` of a `.keras` file: Keras stores the weights of each
+    layer of `model.layers` (the config's order) under `layers/{its class in snake case}`,
+    suffixed `_1`, `_2`... after the first of a class (saving_lib `_save_container_state`)."""
+    from keras.src.utils.naming import to_snake_case  # the function Keras names them with
+
+    stored = set(h5["layers"]) if "layers" in h5 else set()  # layers with weights only
+    seen: dict[str, int] = {}
+    weights = {}
+    for entry in layers:
+        group = to_snake_case(entry["class_name"])
+        seen[group] = seen.get(group, -1) + 1
+        group += f"_{seen[group]}" if seen[group] else ""
+        variables = h5[f"layers/{group}/vars"] if group in stored else {}
+        weights[entry["name"]] = [variables[str(i)] for i in range(len(variables))]
+    return weights

@@ -174,3 +174,83 @@ def test_errors_name_what_was_received():
         scan.copy_weights(fast, keras_preact.build("preact-164", depth=29))
     with pytest.raises(ValueError, match="not a network built by keras_preact"):
         scan.to_scanned(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+
+
+def layer_entry(config: dict, name: str) -> dict:
+    return next(e for e in config["config"]["layers"] if e["name"] == name)
+
+
+@pytest.mark.parametrize("kind", sorted(NETS))
+def test_plain_file_loads_directly_into_the_scanned_form(kind, tmp_path):
+    from keras_preact.api import load_for_inference
+
+    plain = plain_with_statistics(kind)
+    path = str(tmp_path / "plain.keras")
+    plain.save(path)
+    fast = load_for_inference(path)
+    loaded = keras.saving.load_model(path)
+    assert scan.is_scanned(fast) and fast.name == plain.name
+    assert not scan.is_scanned(keras_preact.load_model(path))  # the public loader: the file as is
+    x = images(plain)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fast(x, training=False)),
+                               keras.ops.convert_to_numpy(loaded(x, training=False)), atol=1e-5)
+    for a, b in zip(scan.to_layered(fast).get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("overrides", [{"include_top": False, "pooling": "avg"},
+                                       {"include_top": False},
+                                       {"classifier_activation": None, "classes": 7}])
+def test_headless_and_logit_files_load_scanned(overrides, tmp_path):
+    from keras_preact.api import load_for_inference
+
+    plain = keras_preact.build("preact-164", depth=20, **overrides)
+    path = str(tmp_path / "plain.keras")
+    plain.save(path)
+    fast = load_for_inference(path)
+    assert scan.is_scanned(fast) and fast.output_shape == plain.output_shape
+    x = images(plain)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fast(x, training=False)),
+                               keras.ops.convert_to_numpy(plain(x, training=False)), atol=1e-5)
+
+
+def test_files_of_other_nets_load_as_they_are(tmp_path):
+    from keras_preact.api import load_for_inference
+
+    plain = keras_preact.build("preact-164", depth=29)  # 3 units per stage
+
+    def rewire(config):  # unit 3 fed by unit 1 instead of unit 2: same shapes, another net
+        inbound = layer_entry(config, "stage2_unit003_bn1")["inbound_nodes"][0]["args"][0]
+        inbound["config"]["keras_history"][0] = "stage2_unit001_add"
+
+    def epsilon(config):
+        layer_entry(config, "stage1_unit003_bn2")["config"]["epsilon"] = 1e-3
+
+    for name, edit in {"rewired": rewire, "epsilon": epsilon}.items():
+        config = {"config": plain.get_config()}
+        edit(config)
+        keras.Model.from_config(config["config"]).save(str(tmp_path / f"{name}.keras"))
+    extra = keras.Model(plain.input, keras.layers.Dense(3, name="extra")(plain.output))
+    extra.save(str(tmp_path / "extra.keras"))
+    keras_preact.build("resnet-20", depth=8).save(str(tmp_path / "resnet.keras"))
+    scan.to_scanned(plain).save(str(tmp_path / "scanned.keras"))
+    for name in ["rewired", "epsilon", "extra", "resnet"]:
+        path = str(tmp_path / f"{name}.keras")
+        model = load_for_inference(path)
+        assert not scan.is_scanned(model), name
+        x = images(model)  # what Keras builds of the file
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x, training=False)),
+                                      keras.ops.convert_to_numpy(
+                                          keras.saving.load_model(path)(x, training=False)))
+    assert scan.is_scanned(load_for_inference(str(tmp_path / "scanned.keras")))
+
+
+def test_evaluate_and_export_load_plain_files_scanned(tmp_path):
+    from keras_preact import training
+    from keras_preact.export import load_for_export
+
+    path = str(tmp_path / "plain.keras")
+    keras_preact.build("preact-164", depth=20).save(path)
+    assert scan.is_scanned(training.load_trained(path))
+    model, name = load_for_export(path)
+    assert scan.is_scanned(model) and name == "preact-164"

@@ -11,7 +11,7 @@ import pytest
 
 import keras
 import keras_preact
-from keras_preact import builder, cli, specs
+from keras_preact import api, builder, cli, specs
 
 ALL = keras_preact.list_models()
 
@@ -353,7 +353,7 @@ def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path, monkeypatch):
                               {"class_name": "Functional", "config": {"layers": [inner]}})
     with pytest.raises(ValueError, match=f"{keras_preact.MAX_LAYERS + 1} layers"):
         keras_preact.load_model(nested)
-    assert keras_preact._count_layers(  # malformed nested configs count as no layers
+    assert api._count_layers(  # malformed nested configs count as no layers
         {"config": {"layers": [{"config": {"layers": 5}}, {"config": "x"}, 7]}}, "odd.keras") == 3
     assert sys.getrecursionlimit() == limit
     # The size of config.json is bounded too, before it is read (a small zip can inflate to

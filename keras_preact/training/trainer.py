@@ -452,14 +452,15 @@ def _versions() -> dict:
 
 
 def load_trained(model_or_path):
-    """A `keras.Model` from itself, a `.keras` file, or a RUN_DIR holding `model.keras`."""
+    """A `keras.Model` from itself, a `.keras` file, or a RUN_DIR holding `model.keras`
+    (uncompiled; full pre-activation nets in their scanned form, which loads much faster)."""
     import keras
 
-    import keras_preact
+    from keras_preact.api import load_for_inference
 
     if isinstance(model_or_path, keras.Model):
         return model_or_path
-    return keras_preact.load_model(os.fspath(model_or_path))
+    return load_for_inference(os.fspath(model_or_path))
 
 
 def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
