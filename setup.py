@@ -44,6 +44,22 @@ setup(
         "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
+        # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with
+        # onnxruntime 1.32, onnx 1.23, tf2onnx 1.17, ai-edge-litert 2.3, openvino 2026.4, none
+        # of which changes the TensorFlow, Keras, NumPy or protobuf that TF 2.21 installs.
+        "deploy": [
+            # The TF -> ONNX converter (Keras' ONNX export uses it too); 1.17 runs on NumPy 2.
+            "tf2onnx>=1.17",
+            # Writes the .onnx file with the class names in its metadata_props.
+            "onnx>=1.17",
+            # Runs the .onnx artifacts (tests, benchmarks/serving_speed.py).
+            "onnxruntime>=1.20",
+            # Runs the .tflite artifacts (TF's own tf.lite.Interpreter is deprecated); the
+            # converter is TensorFlow's.
+            "ai-edge-litert>=2.0",
+            # Converts to OpenVINO IR (openvino.convert_model) and runs it.
+            "openvino>=2025.0",
+        ],
     },
     entry_points={"console_scripts": ["keras-preact=keras_preact.cli:main"]},
     classifiers=[

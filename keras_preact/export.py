@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import keras
 
-from keras_preact import load_model, scan
+from keras_preact import scan
+from keras_preact.api import load_for_inference
 from keras_preact.serving.layout import check_name, check_version, publish_version
 
 RUN_FILES = ("model.keras", "config.json")
@@ -30,7 +31,8 @@ RUN_FILES = ("model.keras", "config.json")
 def load_for_export(model_or_path) -> tuple[keras.Model, str]:
     """`(model, default name)` from a `keras.Model`, a `.keras` file or a trainer run dir.
 
-    Files are loaded with Keras' safe mode on and `compile=False` (serving needs no optimizer).
+    Files are loaded with Keras' safe mode on and `compile=False` (serving needs no optimizer),
+    full pre-activation nets directly in their scanned form (`serving_form`, loads much faster).
     A run dir must hold `model.keras` and `config.json` whose `"model"` names the network.
     """
     if isinstance(model_or_path, keras.Model):
@@ -60,9 +62,9 @@ def load_for_export(model_or_path) -> tuple[keras.Model, str]:
             raise ValueError(
                 f"The \"model\" entry of {config_path} must be a string. Received: {name!r}"
             )
-        return load_model(path, compile=False), name
+        return load_for_inference(path), name
     if os.path.isfile(path) and path.endswith(".keras"):
-        model = load_model(path, compile=False)
+        model = load_for_inference(path)
         return model, model.name
     if not os.path.exists(path):
         raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
@@ -155,3 +157,26 @@ def export_saved_model(
             raise OSError(f"Cannot write the export in {where}: {reason}") from None
 
     return publish_version(os.path.join(os.fspath(base_dir), name), version, write)
+
+
+def export_model(model_or_path, path: str, *, format: str = "saved_model") -> str:
+    """Exports a classifier in `format`, one of `keras_preact.deploy.EXPORT_FORMATS`; returns
+    what was written.
+
+    "saved_model": a TF Serving version under the base dir `path` (`export_saved_model`).
+    "onnx", "litert", "openvino": one artifact at `path` (`keras_preact.deploy.export`): uint8
+    images in, preprocessing inside, probabilities out, class names in its metadata.
+
+    Example:
+    >>> import tempfile, keras_preact
+    >>> out = os.path.join(tempfile.mkdtemp(), "m.onnx")
+    >>> export_model(keras_preact.build("preact-20", depth=8), out, format="onnx") == out
+    True
+    """
+    from keras_preact import deploy
+
+    if format not in deploy.EXPORT_FORMATS:
+        raise ValueError(f"Unknown format {format!r}. Valid: {list(deploy.EXPORT_FORMATS)}.")
+    if format == "saved_model":
+        return export_saved_model(model_or_path, path)
+    return deploy.export(model_or_path, path, format=format)

@@ -1,8 +1,11 @@
-"""`keras-preact export RUN_DIR|MODEL.keras --base DIR`: a TF Serving SavedModel version."""
+"""`keras-preact export RUN_DIR|MODEL.keras --base DIR`: a TF Serving SavedModel version;
+`--format onnx|litert|openvino -o PATH`: one file for that runtime (`keras_preact.deploy`)."""
 
 from __future__ import annotations
 
 import argparse
+
+from keras_preact.deploy import EXPORT_FORMATS
 
 
 def add_parser(subparsers) -> None:
@@ -11,7 +14,15 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("model", metavar="RUN_DIR|MODEL.keras", help="trainer run dir or .keras file")
     p.add_argument(
-        "--base", required=True, metavar="DIR", help="model base dir: writes DIR/NAME/VERSION/"
+        "--format", default="saved_model", choices=EXPORT_FORMATS,
+        help="saved_model (default: a TF Serving version, --base) or one ONNX Runtime, LiteRT "
+        "or OpenVINO file (-o): uint8 images in, preprocessing inside, probabilities out",
+    )
+    p.add_argument(
+        "--base", metavar="DIR", help="saved_model: model base dir, writes DIR/NAME/VERSION/"
+    )
+    p.add_argument(
+        "-o", "--output", metavar="PATH", help="onnx|litert|openvino: the .onnx/.tflite/.xml file"
     )
     p.add_argument(
         "--name",
@@ -29,9 +40,18 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from keras_preact.cli import import_tensorflow
 
+    if args.format == "saved_model" and (args.base is None or args.output is not None):
+        raise ValueError("--format saved_model needs --base DIR (and takes no -o).")
+    saved_model_only = (args.base, args.name, args.version)
+    if args.format != "saved_model" and (args.output is None or any(saved_model_only)):
+        raise ValueError(f"--format {args.format} needs -o PATH (and takes no --base, --name "
+                         "or --version).")
     import_tensorflow(args.verbose)
-    from keras_preact.export import export_saved_model
+    from keras_preact.export import export_model, export_saved_model
 
+    if args.format != "saved_model":
+        print(export_model(args.model, args.output, format=args.format))
+        return 0
     path = export_saved_model(args.model, args.base, name=args.name, version=args.version)
     print(path)
     return 0

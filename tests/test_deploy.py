@@ -1,0 +1,305 @@
+"""ONNX, LiteRT and OpenVINO exports answer like the Keras model, on real CIFAR-10 images.
+
+Each artifact is run by its own runtime (onnxruntime, ai-edge-litert, openvino: the `deploy`
+extra) on uint8 images, and compared with `model(preprocess_input(x))` in Keras. The nets'
+BatchNorm statistics are set from real images first, so that the probabilities are neither
+uniform nor saturated and a wrong weight or normalization shows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_preact
+from keras_preact import deploy, scan
+from keras_preact.builder import outputs_logits
+from keras_preact.cli import main as cli_main
+from keras_preact.export import export_model
+from keras_preact.labels import class_names
+from keras_preact.preprocessing import family_of, preprocess_input, resize_for_eval
+from keras_preact.serving.signatures import model_side
+
+ort = pytest.importorskip("onnxruntime")
+ov = pytest.importorskip("openvino")
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+TOLERANCE = 1e-4  # float32 probabilities, any depth
+# OpenVINO computes in bfloat16 on CPUs with bf16 units unless told otherwise.
+OPENVINO_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+@pytest.fixture(scope="module")
+def cifar_images(cifar10_data_dir) -> np.ndarray:
+    """64 real CIFAR-10 training images, uint8 [64, 32, 32, 3]."""
+    import tensorflow_datasets as tfds
+
+    data = tfds.load("cifar10", split="train[:64]", data_dir=cifar10_data_dir, batch_size=-1)
+    return tfds.as_numpy(data)["image"]
+
+
+def images_for(model: keras.Model, cifar: np.ndarray) -> np.ndarray:
+    """`cifar` brought to the model's input size with its family's eval geometry, as uint8."""
+    side = model_side(model)
+    resized = resize_for_eval(cifar, family_of(model), side).numpy()
+    return np.clip(np.round(resized), 0, 255).astype(np.uint8)
+
+
+def calibrate(model: keras.Model, images: np.ndarray) -> keras.Model:
+    """Sets every BatchNorm's moving statistics to those of `images` (one training-mode call
+    with momentum 0): the activations of a trained net, without training."""
+    layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    for layer in layers:
+        layer.momentum = 0.0
+    model(preprocess_input(images, family_of(model)), training=True)
+    for layer in layers:
+        layer.momentum = 0.9
+    return model
+
+
+def reference(model: keras.Model, images: np.ndarray, preprocess=preprocess_input) -> np.ndarray:
+    y = model(preprocess(images, family_of(model)), training=False)
+    return (tf.nn.softmax(y) if outputs_logits(model) else y).numpy()
+
+
+def run_onnx(path: str, images: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(path)
+    return session.run([deploy.OUTPUT_NAME], {deploy.INPUT_NAME: images})[0]
+
+
+def run_openvino(path: str, images: np.ndarray) -> np.ndarray:
+    compiled = ov.Core().compile_model(path, "CPU", OPENVINO_CONFIG)
+    return compiled(images)[deploy.OUTPUT_NAME]
+
+
+def run_litert(path: str, images: np.ndarray) -> np.ndarray:
+    runner = litert.Interpreter(path).get_signature_runner()
+    return runner(**{deploy.INPUT_NAME: images})[deploy.OUTPUT_NAME]
+
+
+RUNNERS = {"onnx": run_onnx, "openvino": run_openvino, "litert": run_litert}
+
+
+def stored_labels(path: str, format: str) -> list[str]:
+    """The class names an artifact carries, read as a user of that runtime would."""
+    if format == "onnx":
+        meta = ort.InferenceSession(path).get_modelmeta().custom_metadata_map
+        return json.loads(meta[deploy.LABELS_KEY])
+    if format == "openvino":
+        info = ov.Core().read_model(path).get_rt_info(["keras_preact", deploy.LABELS_KEY])
+        return json.loads(info.astype(str))
+    with open(deploy.output_files(path, format)[1]) as f:
+        return f.read().splitlines()
+
+
+def export_and_check(model, images, tmp_path, format: str) -> np.ndarray:
+    """Exports `model` as `format`, then `check_artifact`."""
+    path = deploy.export(model, tmp_path / f"model{deploy.FORMATS[format]}", format=format)
+    return check_artifact(model, images, path, format)
+
+
+def check_artifact(model, images, path, format: str) -> np.ndarray:
+    """Runs the artifact at `path`; asserts parity with Keras, top-1 and labels; returns its
+    probabilities."""
+    got = RUNNERS[format](str(path), images)
+    expected = reference(model, images)
+    assert got.shape == expected.shape == (len(images), model.output_shape[-1])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_array_equal(got.argmax(axis=1), expected.argmax(axis=1))
+    assert stored_labels(str(path), format) == list(class_names(model.output_shape[-1]))
+    return got
+
+
+CASES = {
+    # The paper's basic and bottleneck CIFAR nets; the bottleneck one with a logits head
+    # (softmax added in the artifact) and CIFAR-100 names.
+    "preact-20": lambda: keras_preact.build("preact-20"),
+    "preact-164-logits": lambda: keras_preact.build(
+        "preact-164", classes=100, classifier_activation=None
+    ),
+    "preact-18-imagenet": lambda: keras_preact.build("preact-18-imagenet"),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, cifar_images):
+    model = CASES[request.param]()
+    images = images_for(model, cifar_images)
+    return calibrate(model, images[:32]), images[32:48]
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+def test_runtimes_match_keras(case, format, tmp_path):
+    model, images = case
+    probs = export_and_check(model, images, tmp_path, format)
+    # The check sees a wrong normalization: scaling to [0, 1] instead moves the answer by
+    # far more than the tolerance.
+    rescaled = reference(model, images, lambda x, _: np.float32(x) / 255.0)
+    assert np.abs(rescaled - probs).max() > 10 * TOLERANCE
+
+
+def test_preact_1001_full_depth_onnx(cifar_images, tmp_path):
+    """3,339 layers, exported by the CLI in a process of its own: tf2onnx takes ~10 GB to
+    convert them, which this (the test suite's) process would keep."""
+    model = calibrate(keras_preact.build("preact-1001"), cifar_images[:32])
+    model.save(tmp_path / "preact-1001.keras")
+    out = tmp_path / "preact-1001.onnx"
+    command = ["export", str(tmp_path / "preact-1001.keras"), "--format", "onnx", "-o", str(out)]
+    subprocess.run([sys.executable, "-m", "keras_preact.cli", *command], check=True, timeout=1800)
+    check_artifact(model, cifar_images[32:48], out, "onnx")
+
+
+def test_scanned_stages_export_as_the_plain_graph(cifar_images, tmp_path):
+    plain = calibrate(keras_preact.build("preact-164", depth=29), cifar_images[:32])
+    scanned = scan.to_scanned(plain)
+    path = deploy.export(scanned, tmp_path / "m.onnx", format="onnx")
+    np.testing.assert_allclose(
+        run_onnx(path, cifar_images[32:40]), reference(plain, cifar_images[32:40]),
+        atol=TOLERANCE, rtol=0,
+    )
+
+
+def designs() -> list[str]:
+    """One registered name per distinct design (family, block, unit, shortcut): 21 names."""
+    found = {}
+    for name in keras_preact.list_models():
+        spec = keras_preact.get_spec(name)
+        found.setdefault((spec.family, spec.block, spec.unit, spec.shortcut), name)
+    return sorted(found.values())
+
+
+# The ops the cases above do not have: post-activation units with projection shortcuts, the
+# gates (sigmoid 1x1 conv, multiply, 1 - g) and the dropout shortcut (identity at inference).
+OTHER_OPS = ("resnet-20", "resnet-110-exclusive-gating", "resnet-110-dropout")
+
+
+@pytest.mark.parametrize(
+    "name, format",
+    [(name, "onnx") for name in designs()]
+    + [(name, format) for name in OTHER_OPS for format in ("litert", "openvino")],
+)
+def test_every_registered_design_exports(name, format, cifar_images, tmp_path):
+    """Every design of the registry, one unit per stage (ImageNet ones at 64x64), to ONNX
+    (tf2onnx converts op by op: a design it cannot carry fails here); the other two formats
+    on the designs whose ops the cases above lack."""
+    spec = keras_preact.get_spec(name)
+    overrides = {"units": (1,) * len(spec.units)}
+    if spec.family == "imagenet":
+        overrides["input_shape"] = (64, 64, 3)
+    model = keras_preact.build(name, **overrides)
+    images = images_for(model, cifar_images)
+    calibrate(model, images[:32])
+    export_and_check(model, images[32:40], tmp_path, format)
+
+
+@pytest.fixture(scope="module")
+def small_exports(tmp_path_factory):
+    model = keras_preact.build("preact-20", depth=8)
+    tmp = tmp_path_factory.mktemp("deploy")
+    return {f: deploy.export(model, tmp / f"m{ext}", format=f) for f, ext in deploy.FORMATS.items()}
+
+
+GOOD = np.zeros((2, 32, 32, 3), np.uint8)
+WRONG_DTYPE = GOOD.astype(np.float32)
+WRONG_SIDE = np.zeros((2, 64, 64, 3), np.uint8)
+
+
+def test_onnx_runtime_rejects_wrong_dtype_and_shape(small_exports):
+    session = ort.InferenceSession(small_exports["onnx"])
+    with pytest.raises(Exception, match=r"expected: \(tensor\(uint8\)\)"):
+        session.run(None, {"images": WRONG_DTYPE})
+    with pytest.raises(Exception, match="invalid dimensions for input: images"):
+        session.run(None, {"images": WRONG_SIDE})
+    with pytest.raises(Exception, match="Invalid rank for input: images"):
+        session.run(None, {"images": GOOD[0]})
+
+
+def test_openvino_rejects_wrong_dtype_and_shape(small_exports):
+    request = ov.Core().compile_model(small_exports["openvino"], "CPU").create_infer_request()
+    # An ov.Tensor is checked as it is; `compiled(array)` would convert a numpy array first.
+    with pytest.raises(RuntimeError, match="model input tensor precision is: u8"):
+        request.set_input_tensor(ov.Tensor(WRONG_DTYPE))
+    with pytest.raises(RuntimeError, match=r"model input \(shape=\[\?,32,32,3\]\).*incompatible"):
+        request.set_input_tensor(ov.Tensor(WRONG_SIDE))
+
+
+def test_litert_rejects_wrong_dtype_and_shape(small_exports):
+    interpreter = litert.Interpreter(small_exports["litert"])
+    with pytest.raises(ValueError, match="FLOAT32 but expected type UINT8"):
+        interpreter.get_signature_runner()(images=WRONG_DTYPE)
+    # The signature runner resizes its input to anything; a strict resize (only the -1
+    # batch dimension may change) is LiteRT's own check of the [-1, 32, 32, 3] input.
+    index = interpreter.get_input_details()[0]["index"]
+    assert list(interpreter.get_input_details()[0]["shape_signature"]) == [-1, 32, 32, 3]
+    interpreter.resize_tensor_input(index, GOOD.shape, strict=True)
+    with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
+        interpreter.resize_tensor_input(index, WRONG_SIDE.shape, strict=True)
+
+
+def test_artifacts_name_their_input_and_output(small_exports):
+    session = ort.InferenceSession(small_exports["onnx"])
+    (inp,), (out,) = session.get_inputs(), session.get_outputs()
+    assert (inp.name, inp.type, inp.shape[1:]) == ("images", "tensor(uint8)", [32, 32, 3])
+    assert (out.name, out.shape[1:]) == ("probabilities", [10])
+    assert isinstance(inp.shape[0], str)  # dynamic batch
+    compiled = ov.Core().compile_model(small_exports["openvino"], "CPU")
+    assert compiled.input().get_names() == {"images"}
+    assert str(compiled.input().get_partial_shape()) == "[?,32,32,3]"
+    assert compiled.output().get_names() == {"probabilities"}
+    runner = litert.Interpreter(small_exports["litert"]).get_signature_list()
+    assert runner == {"serving_default": {"inputs": ["images"], "outputs": ["probabilities"]}}
+
+
+def test_export_refuses_bad_requests(small_exports, tmp_path):
+    model = keras_preact.build("preact-20", depth=8)
+    with pytest.raises(ValueError, match=r"Unknown format 'tfjs'. Valid: \['litert', 'onnx'"):
+        deploy.export(model, tmp_path / "m.json", format="tfjs")
+    with pytest.raises(ValueError, match=r"needs a path ending in '.tflite'. Received: .*m.onnx"):
+        deploy.export(model, tmp_path / "m.onnx", format="litert")
+    with pytest.raises(FileExistsError, match="Not overwriting .*m.xml"):
+        deploy.export(model, small_exports["openvino"], format="openvino")
+    headless = keras_preact.build("preact-20", depth=8, include_top=False)
+    with pytest.raises(ValueError, match=r"\(batch, classes\) output. Received output shape"):
+        deploy.export(headless, tmp_path / "h.onnx", format="onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_export_refuses_a_model_over_the_format_size_limit(monkeypatch, tmp_path):
+    model = keras_preact.build("preact-20", depth=8)
+    monkeypatch.setattr(model, "count_params", lambda: 2**29)  # 2 GiB of float32
+    for format in ("onnx", "litert"):
+        with pytest.raises(ValueError, match=f"a {format} file holds at most 2 GiB"):
+            deploy.export(model, tmp_path / f"m{deploy.FORMATS[format]}", format=format)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_exports_a_keras_file(cifar_images, tmp_path, capsys):
+    model = calibrate(keras_preact.build("preact-20", depth=8), cifar_images[:32])
+    model.save(tmp_path / "m.keras")
+    out = tmp_path / "deploy" / "m.tflite"
+    command = ["export", str(tmp_path / "m.keras"), "--format", "litert", "-o", str(out)]
+    assert cli_main(command) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    check_artifact(model, cifar_images[32:40], out, "litert")
+    assert cli_main(["export", str(tmp_path / "m.keras"), "--format", "litert"]) == 2
+    assert "--format litert needs -o PATH" in capsys.readouterr().err
+    assert cli_main(["export", str(tmp_path / "m.keras"), "-o", str(tmp_path / "x.onnx")]) == 2
+    assert "--format saved_model needs --base DIR" in capsys.readouterr().err
+
+
+def test_export_model_dispatches_by_format(tmp_path):
+    model = keras_preact.build("preact-20", depth=8)
+    valid = r"Valid: \['saved_model', 'onnx', 'litert', 'openvino'\]"
+    with pytest.raises(ValueError, match=r"Unknown format 'tfjs'. " + valid):
+        export_model(model, tmp_path / "m.tfjs", format="tfjs")
+    version_dir = export_model(model, tmp_path / "base")  # default: TF Serving's SavedModel
+    assert version_dir == str(tmp_path / "base" / "preact-20" / "1")
+    out = export_model(model, tmp_path / "m.xml", format="openvino")
+    assert out == str(tmp_path / "m.xml") and (tmp_path / "m.bin").is_file()
