@@ -140,6 +140,8 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
     other = tmp_path / "other"
     other.mkdir()
     shutil.copy(os.path.join(run_dir, "config.json"), other / "config.json")
+    (other / "backup").mkdir()  # a run with a backup has something to resume
+    (other / "backup" / "latest.weights.h5").write_bytes(b"")
     with pytest.raises(ValueError, match=r"other settings.*lr: 0.1 -> 0.2"):
         training.train("preact-20", output=str(other), data_dir=cifar10_data_dir, steps=90,
                        steps_per_epoch=30, batch_size=64, warmup_steps=10, val_examples=500,
