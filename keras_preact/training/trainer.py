@@ -181,19 +181,21 @@ def train(
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
     with run_lock(output) if chief else contextlib.nullcontext():
         config = _resume_config(output, config)
-        run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
-                                        json.dumps(config, indent=2, default=list) + "\n")
+        _write_config(run_dir, config)
         try:
             return _fit(spec, model, overrides, config, strat, run_dir, output, chief,
                         train_split, val_split, seed, verbose)
         except TrainingDiverged as error:
-            config["diverged_at_step"] = error.step
-            run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
-                                            json.dumps(config, indent=2, default=list) + "\n")
+            _write_config(run_dir, {**config, "diverged_at_step": error.step})
             raise
         finally:
             if not chief:
                 shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _write_config(run_dir: str, config: dict) -> None:
+    run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
+                                    json.dumps(config, indent=2, default=list) + "\n")
 
 
 def default_warmup_steps(steps: int, family: str) -> int:
@@ -319,7 +321,7 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
     shareable(net).save(tmp)
     os.replace(tmp, os.path.join(run_dir, "model.keras"))
     if chief:
-        shutil.rmtree(os.path.join(output, "backup"), ignore_errors=True)
+        shutil.rmtree(backup_dir, ignore_errors=True)
     return net
 
 
