@@ -23,8 +23,9 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["keras_preact", "keras_preact.*"]),
     include_package_data=True,
-    # ImageNet class names (keras_preact.labels.IMAGENET_FILE).
-    package_data={"keras_preact": ["imagenet_classes.txt"]},
+    # ImageNet class names (keras_preact.labels.IMAGENET_FILE); published weights small enough
+    # to ship (keras_preact.pretrained.PACKAGE_DIR).
+    package_data={"keras_preact": ["imagenet_classes.txt", "released/*.weights.h5"]},
     install_requires=[
         # The full package, not tensorflow-cpu: tensorflow-serving-api requires it.
         "tensorflow>=2.20",
@@ -40,8 +41,9 @@ setup(
         "tensorboard>=2.20",
     ],
     extras_require={
-        # nbclient/nbformat/ipykernel execute the notebooks inside the test suite.
-        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6"],
+        # nbclient/nbformat/ipykernel execute the notebooks inside the test suite; ruff is the
+        # linter CI runs first (rules in pyproject.toml).
+        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
         # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with

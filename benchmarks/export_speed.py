@@ -38,7 +38,8 @@ def main() -> None:
 
     import keras_preact
     from keras_preact.export import export_saved_model
-    from keras_preact.preprocessing import family_of, preprocess_input
+    from keras_preact.introspect import family_of
+    from keras_preact.preprocessing import preprocess_input
     from keras_preact.serving.signatures import model_side
 
     model = keras_preact.build(args.model)

@@ -14,7 +14,9 @@ import time
 
 from keras_preact.training import data
 
-DEFAULT_DATA_DIR = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
+DEFAULT_DATA_DIR = (
+    pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
+)
 
 
 def images_per_second(ds, batches: int, batch_size: int) -> float:

@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
-from train_speed import build_model_and_data, parse_args as speed_args
-
+from train_speed import build_model_and_data
+from train_speed import parse_args as speed_args
 
 # The Python thread's events that delimit the phases of a step call.
 PHASES = re.compile(r"^(multi_step_on_iterator|tf\.function-graph_building|"

@@ -89,10 +89,12 @@ def trainable_params(net: nn.Module) -> int:
     return sum(p.numel() for p in net.parameters() if p.requires_grad)
 
 
-def train_steps(spec: ResNetSpec, batch_size: int, steps: int, channels_last: bool = False):
+def train_steps(spec: ResNetSpec, batch_size: int, steps: int, config: str = "eager"):
     """Builds the net and runs `steps` SGD steps (momentum 0.9, weight decay 1e-4, the
-    paper's recipe) on one synthetic batch. Returns (build seconds, per-step seconds,
-    trainable parameters)."""
+    paper's recipe) on one synthetic batch in PyTorch configuration `config`
+    (`train_speed.TORCH_CONFIGS`). Returns (build seconds, per-step seconds, trainable
+    parameters)."""
+    import contextlib
     import time
 
     start = time.perf_counter()
@@ -102,8 +104,10 @@ def train_steps(spec: ResNetSpec, batch_size: int, steps: int, channels_last: bo
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch_size, 3, h, w, generator=generator)
     y = torch.randint(0, spec.classes, (batch_size,), generator=generator)
-    if channels_last:
+    if config != "eager":
         net, x = net.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    precision = (torch.autocast("cpu", dtype=torch.bfloat16) if config.endswith("bf16")
+                 else contextlib.nullcontext())
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     loss_fn = nn.CrossEntropyLoss()
     net.train()
@@ -111,7 +115,9 @@ def train_steps(spec: ResNetSpec, batch_size: int, steps: int, channels_last: bo
     for _ in range(steps):
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(net(x), y).backward()
+        with precision:
+            loss = loss_fn(net(x), y)
+        loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - start)
     return build_s, times, trainable_params(net)

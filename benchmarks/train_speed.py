@@ -16,7 +16,8 @@ asserted) in PyTorch eager in a subprocess and prints the ratios. By default the
 built as `keras-preact train` builds it (`--stages auto`: scanned stages for full
 pre-activation nets). Levers: `--stages layers|scan` (`--no-fused`, `--recompute`),
 `--mixed-precision bfloat16`, `--steps-per-execution N`, `--grappler PRESET`,
-`--jit-compile`, `--strategy one-device`.
+`--jit-compile`, `--strategy one-device` (builds the optimizer and metrics before fit, so the
+train step is traced once, not twice).
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ import statistics
 import subprocess
 import sys
 import time
+
+from keras_preact.training.config import TrainConfig, add_arguments
+
+# The PyTorch configurations `--torch-config` runs (torch_preact.train_steps): eager NCHW
+# (PyTorch's default), channels_last memory (oneDNN's preferred layout on CPU), and
+# channels_last under `torch.autocast("cpu", bfloat16)`, the counterpart of Keras' bfloat16.
+TORCH_CONFIGS = ("eager", "channels-last", "channels-last-bf16")
 
 # Grappler presets (tf.config.optimizer.set_experimental_options). "default": TF's own.
 GRAPPLER = {
@@ -43,33 +51,39 @@ GRAPPLER = {
 }
 
 
+# The recipe's flags this benchmark takes (as `keras-preact train` takes them).
+RECIPE_FLAGS = ("batch_size", "stages", "recompute", "mixed_precision", "jit_compile", "strategy")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="registered name, e.g. preact-1001")
     p.add_argument("--depth", type=int, help="override the depth (e.g. 20 for a quick run)")
-    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=20, help="training steps in the fit call")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line")
-    p.add_argument("--compare", choices=["torch"], help="also run PyTorch eager; print ratios")
+    p.add_argument("--compare", choices=["torch"],
+                   help="also run PyTorch (--torch-config); print ratios")
     p.add_argument("--framework", choices=["keras", "torch"], default="keras",
                    help=argparse.SUPPRESS)  # used by --compare for its subprocess
-    p.add_argument("--stages", choices=["auto", "layers", "scan"], default="auto",
-                   help="as `keras-preact train --stages` (auto: scan for full pre-activation "
-                        "nets, else layers)")
     p.add_argument("--no-fused", action="store_true", help="scan: Keras BN ops, not fused")
-    p.add_argument("--recompute", action="store_true", help="scan: recompute units in backprop")
-    p.add_argument("--mixed-precision", choices=["off", "bfloat16"], default="off")
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--grappler", choices=sorted(GRAPPLER), default="default")
-    p.add_argument("--jit-compile", action="store_true")
-    p.add_argument("--strategy", choices=["auto", "one-device"], default="auto",
-                   help="as `keras-preact train --strategy`; one-device builds the optimizer "
-                        "and metrics before fit, so the train step is traced once, not twice")
-    p.add_argument("--channels-last", action="store_true", help="torch: channels_last memory")
+    p.add_argument("--torch-config", choices=TORCH_CONFIGS,
+                   help="the PyTorch side (default: its strongest in the same precision: "
+                        "channels-last, or channels-last-bf16 with --mixed-precision bfloat16)")
+    add_arguments(p, RECIPE_FLAGS, batch_size=64)
     args = p.parse_args(argv)
     if args.steps < 3 * args.steps_per_execution:
         p.error(f"--steps must be at least 3 executions ({3 * args.steps_per_execution}) to "
                 f"measure a steady rate. Received: --steps {args.steps}")
+    try:
+        args.config = TrainConfig(**{name: getattr(args, name) for name in RECIPE_FLAGS},
+                                  overrides={"depth": args.depth} if args.depth else {})
+    except ValueError as error:
+        p.error(str(error))
+    if args.torch_config is None:
+        args.torch_config = ("channels-last-bf16" if args.config.mixed_precision == "bfloat16"
+                             else "channels-last")
     return args
 
 
@@ -100,18 +114,14 @@ def build_model_and_data(args):
     from keras_preact.training.trainer import build_and_compile, resolve_stages
 
     tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
-    overrides = {"depth": args.depth} if args.depth else {}
-    spec = keras_preact.resolve(args.model, **overrides)
-    args.stages = resolve_stages(args.stages, spec)
+    spec = keras_preact.resolve(args.model, **args.config.overrides)
+    args.stages = resolve_stages(args.stages, spec)  # reported as resolved
     strategy = distribute.select_strategy(args.strategy)
     with strategy.scope():
         start = time.perf_counter()
         # Exactly what `keras-preact train` fits (compiling traces nothing in Keras 3).
-        model = build_and_compile(
-            args.model, paper_schedule(), overrides=overrides, stages=args.stages,
-            recompute=args.recompute, mixed_precision=args.mixed_precision,
-            jit_compile=args.jit_compile, steps_per_execution=args.steps_per_execution,
-        )
+        model = build_and_compile(args.model, paper_schedule(), args.config,
+                                  steps_per_execution=args.steps_per_execution)
         build_s = time.perf_counter() - start
         scan.set_options(model, fused=not args.no_fused)
     rng = np.random.default_rng(0)
@@ -157,9 +167,9 @@ def run_torch(args) -> dict:
     import keras_preact
 
     spec = keras_preact.resolve(args.model, **({"depth": args.depth} if args.depth else {}))
-    build_s, times, params = train_steps(spec, args.batch_size, args.steps, args.channels_last)
+    build_s, times, params = train_steps(spec, args.batch_size, args.steps, args.torch_config)
     return summarize(build_s, times, args.batch_size, {
-        "framework": "torch", "trainable_params": params,
+        "framework": "torch", "torch_config": args.torch_config, "trainable_params": params,
         "versions": {"torch": torch.__version__, "threads": torch.get_num_threads()}})
 
 
@@ -168,7 +178,7 @@ def torch_subprocess(args) -> dict:
     argv = [sys.executable, os.path.abspath(__file__), "--framework", "torch", "--json",
             "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
             str(args.steps)] + (["--depth", str(args.depth)] if args.depth else []) + (
-            ["--channels-last"] if args.channels_last else [])
+            ["--torch-config", args.torch_config])
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -182,8 +192,7 @@ def main(argv=None) -> int:
     result["model"], result["batch_size"] = args.model, args.batch_size
     if args.framework == "keras":
         result["options"] = {k: getattr(args, k) for k in (
-            "stages", "no_fused", "recompute", "mixed_precision", "steps_per_execution",
-            "grappler", "jit_compile", "strategy")}
+            *RECIPE_FLAGS[1:], "no_fused", "steps_per_execution", "grappler")}
     if reference:
         if reference["trainable_params"] != result["trainable_params"]:
             raise AssertionError(f"Not the same architecture: keras has "
@@ -198,7 +207,8 @@ def main(argv=None) -> int:
     if not args.json:
         rows = [result] + ([result["torch"]] if "torch" in result else [])
         for r in rows:
-            print(f"{r['framework']:>6} {args.model} batch {args.batch_size}: build "
+            who = f"torch {r['torch_config']}" if r["framework"] == "torch" else "keras"
+            print(f"{who:>24} {args.model} batch {args.batch_size}: build "
                   f"{r['build_s']:.2f} s, first step {r['first_step_s']:.2f} s, "
                   f"{r['images_per_s']:.2f} images/s, peak RSS {r['peak_rss_mb']:.0f} MB")
         if "ratios_keras_vs_torch" in result:

@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 import importlib
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
+from keras_preact.paper import paper_result
 from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
 
 # What needs Keras (hence TensorFlow, seconds to import) loads on first use (PEP 562), so
@@ -49,5 +50,6 @@ __all__ = [
     "get_spec",
     "list_models",
     "load_model",
+    "paper_result",
     "resolve",
 ]

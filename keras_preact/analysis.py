@@ -16,56 +16,47 @@ the stage's last unit (all units of a stage share its output shape). Eq. 5 predi
 What it shows at initialization (tests/test_analysis.py): full pre-activation keeps
 `direct` ~ 1 and a smoothly growing signal; constant scaling (0.5) gives `direct` ~ 0.5^k
 although the gradient's norm does not vanish (BN rescales the residual branch, so the
-gradient still flows, but only through the weight layers); Keras' dropout is inverted
-(kept values x2), so a dropout shortcut keeps `direct` ~ 1 in expectation but doubles the
-signal's second moment per unit, an exponential blow-up of the forward signal (the
-paper's Torch dropout is described as a scale of 0.5 in expectation instead).
+gradient still flows, but only through the weight layers). The dropout shortcut is the
+paper's (Sec. 3.1, "a scale of lambda with an expectation of 0.5"): a 0/1 mask that keeps
+each value with probability 1 - rate, not rescaled (`keras_preact.blocks` undoes the
+1/(1 - rate) of Keras' inverted dropout), so it too gives `direct` ~ (1 - rate)^k.
 """
 
 from __future__ import annotations
 
-import re
-
 import keras
 import numpy as np
 
-from keras_preact.builder import outputs_logits
-
-UNIT_ADD = re.compile(r"^(stage(\d+)_unit(\d{3}))_add$")
+from keras_preact import scan
+from keras_preact.api import load_for_inference
+from keras_preact.introspect import model_facts, outputs_logits, stage_of, unit_output, unit_prefix
 
 
 def residual_units(model: keras.Model) -> list[tuple[str, str]]:
     """`(unit prefix, name of the layer giving the unit's output)` in network order.
 
-    Units are found by their addition layers `stage{s}_unit{uuu}_add`; the output is the
-    last of the unit's post-addition layers (`{prefix}_out_*`, Fig. 4 a-b) if any, else
-    the addition itself (pre-activation designs).
+    Units are those of the model's spec (`keras_preact.introspect.model_facts`); the output
+    is the last of the unit's post-addition layers (`{prefix}_out_*`, Fig. 4 a-b) if any,
+    else the addition itself (pre-activation designs).
 
     Example:
     >>> import keras_preact
     >>> residual_units(keras_preact.build("resnet-20"))[:1]
     [('stage1_unit001', 'stage1_unit001_out_relu')]
     """
-    from keras_preact import scan
-
     if scan.is_scanned(model):  # its units 2..n hide inside one loop layer per stage
         raise ValueError(f"Model {model.name!r} runs its stages as scanned loops; per-unit "
                          "analysis needs the layer graph: pass keras_preact.scan.to_layered("
                          "model).")
-    units = []
-    names = [layer.name for layer in model.layers]
-    for name in names:
-        match = UNIT_ADD.match(name)
-        if match:
-            prefix = match.group(1)
-            post = [n for n in names if n.startswith(f"{prefix}_out_")]
-            units.append((prefix, post[-1] if post else name))
-    if not units:
+    spec = model_facts(model).spec
+    if spec is None:
         raise ValueError(
-            f"Model {model.name!r} has no residual units: no layer is named "
-            "stage{s}_unit{uuu}_add. Build it with keras_preact.build()."
+            f"Model {model.name!r} has no residual units: it is not a network of "
+            "keras_preact.build (no stage{s}_unit{uuu}_* layers). Build it with "
+            "keras_preact.build()."
         )
-    return units
+    return [(unit_prefix(s, u), unit_output(spec, s, u))
+            for s, n in enumerate(spec.units, start=1) for u in range(1, n + 1)]
 
 
 def signal_propagation(
@@ -82,8 +73,9 @@ def signal_propagation(
     variables (BN moving averages) are left as they were.
 
     Args:
-        model: a classifier from `keras_preact.build` (softmax or logits output); a model
-            with scanned stages is analysed in its layer form (`scan.to_layered`).
+        model: a classifier from `keras_preact.build` (softmax or logits output), or its
+            `.keras` file or run dir (`keras_preact.api.load_for_inference`); a model with
+            scanned stages is analysed in its layer form (`scan.to_layered`).
         images: normalized input batch; default: `batch_size` standard-normal images of the
             model's input shape (32x32 where the shape is unknown).
         labels: integer class labels; default: random labels.
@@ -102,8 +94,7 @@ def signal_propagation(
     """
     import tensorflow as tf  # eager tape over intermediate tensors
 
-    from keras_preact import scan
-
+    model = load_for_inference(model)
     if scan.is_scanned(model):
         model = scan.to_layered(model)
     if len(model.outputs) != 1 or len(model.outputs[0].shape) != 2:
@@ -133,7 +124,7 @@ def signal_propagation(
 
     xs = [watched[output].numpy().astype("float64") for _, output in units]
     gs = [g.numpy().astype("float64") for g in grads]
-    stages = np.array([int(UNIT_ADD.match(f"{p}_add").group(2)) for p, _ in units])
+    stages = np.array([stage_of(output) for _, output in units])
     direct = np.empty(len(units))
     for s in np.unique(stages):
         (idx,) = np.nonzero(stages == s)

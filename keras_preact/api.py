@@ -1,21 +1,27 @@
 """The package's Keras-side API, imported by `keras_preact` on first use (it imports Keras,
-hence TensorFlow): `build`, `feature_extractor`, `load_model`.
+hence TensorFlow): `build`, `feature_extractor`, `load_model`; and `load_for_inference`, the
+loader of evaluate, export, analysis and the CLI.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import reprlib
+import zipfile
 
 import keras
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
-from keras_preact import pretrained
+from keras_preact import pretrained, rundir
+from keras_preact.builder import allow_deep_graph, build_from_spec, layer_bound, stage_outputs
+from keras_preact.scan import load_scanned
+from keras_preact.specs import get_spec, list_models, resolve
+
 # `.keras` files of models compiled by `training.build_and_compile` hold its optimizer and
 # schedule: register them for load_model.
 from keras_preact.training import optimizer as _optimizer  # noqa: F401
 from keras_preact.training import schedule as _schedule  # noqa: F401
-from keras_preact.builder import allow_deep_graph, build_from_spec, layer_bound, stage_outputs
-from keras_preact.specs import get_spec, list_models, resolve
 
 # The most layers `load_model` builds by default: the bound of the largest registered network
 # (resnet-1202). A file asking for more is refused before Keras reads it, since a deep graph
@@ -124,10 +130,11 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     return keras.saving.load_model(path, compile=compile)
 
 
-def load_for_inference(path: str, max_layers: int = MAX_LAYERS) -> keras.Model:
-    """`load_model(path, compile=False)` for evaluation and export, except that a full
-    pre-activation net of `build` comes back in its scanned form (`scan.load_scanned`):
-    same outputs, loaded without building its layer graph (preact-1001: 6x faster).
+def load_for_inference(model_or_path, max_layers: int = MAX_LAYERS) -> keras.Model:
+    """The model to evaluate, export or analyse: a `keras.Model` as it is, else
+    `load_model(path, compile=False)` of a `.keras` file or run dir, except that a full
+    pre-activation net of `build` comes back in its scanned form (`scan.load_scanned`): same
+    outputs, loaded without Keras building its layer graph.
 
     Example:
     >>> import os, tempfile
@@ -136,22 +143,22 @@ def load_for_inference(path: str, max_layers: int = MAX_LAYERS) -> keras.Model:
     >>> [layer.name for layer in load_for_inference(path).layers if "scan" in layer.name]
     ['stage1_scan', 'stage2_scan', 'stage3_scan']
     """
-    from keras_preact import scan
-
-    path, config = _read_config(path, max_layers)
-    model = scan.load_scanned(path, config)
+    if isinstance(model_or_path, keras.Model):
+        return model_or_path
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise ValueError(
+            f"Expected a keras.Model, a .keras file or a run dir. Received: {model_or_path!r}"
+        )
+    path, config = _read_config(os.fspath(model_or_path), max_layers)
+    model = load_scanned(path, config)
     return keras.saving.load_model(path, compile=False) if model is None else model
 
 
 def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
     """`(path of the .keras file, its config.json)` for a file or run dir, once checked to
     ask for at most `max_layers` layers (`load_model`), with room for Keras to build them."""
-    import json
-    import os
-    import zipfile
-
     if os.path.isdir(path):
-        path = os.path.join(path, "model.keras")
+        path = os.path.join(path, rundir.MODEL)
     try:
         with zipfile.ZipFile(path) as archive:
             size = archive.getinfo("config.json").file_size
@@ -169,7 +176,9 @@ def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
         ) from None
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, RecursionError) as e:
         # RecursionError: JSON nested deeper than Python's recursion limit.
-        raise ValueError(f"{path!r} is not a .keras model file ({type(e).__name__}: {e}).") from None
+        raise ValueError(
+            f"{path!r} is not a .keras model file ({type(e).__name__}: {e})."
+        ) from None
     layers = _count_layers(config, path)
     if layers > max_layers:
         raise ValueError(

@@ -1,9 +1,7 @@
 """Keras-Applications-style constructors: `PreActResNet164(...)`, `ResNet50(...)`, ...
 
-Every constructor has the standard signature
-`(include_top=True, weights=None, input_tensor=None, input_shape=None, pooling=None,
-classes=<10 CIFAR | 1000 ImageNet>, classifier_activation="softmax", name=None)` and builds
-the registered network of the same name through `keras_preact.build`'s single path.
+Every constructor takes the Keras Applications arguments (`help(PreActResNet164)` lists them)
+and builds the registered network of the same name through `keras_preact.build`'s single path.
 
 Example:
 >>> from keras_preact.applications import PreActResNet164
@@ -14,14 +12,58 @@ Example:
 
 from __future__ import annotations
 
-
 import keras
 
 from keras_preact import pretrained
 from keras_preact.builder import build_from_spec
 from keras_preact.labels import decode_predictions
+from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
-from keras_preact.specs import get_spec, resolve
+from keras_preact.specs import EXPANSION, get_spec, resolve
+
+# The arguments of `application` and of every constructor (as Keras' resnet_v2.py shares one
+# DOC), formatted with each one's defaults.
+ARGS_DOC = """
+    Args:{model_name_arg}
+        include_top: whether to end with the classifier (global average pooling and a dense
+            layer of `classes` units). False: the output is the last feature map (after
+            the final BN-ReLU of pre-activation nets), or its pooled vector (`pooling`).
+        weights: None (random initialization), a published tag of this network
+            (`keras-preact list --weights`), or the path to a `.weights.h5` file saved
+            from it, in the plain or the scanned form (`keras_preact.scan`). Weights were
+            trained on RGB images: with weights the input needs 3 channels.
+        input_tensor: optional Keras tensor (e.g. the output of `keras.Input()`) to use as
+            the model's input; its shape is the input shape.
+        input_shape: optional `(height, width, channels)`. Without weights any size (None:
+            variable) and any channel count (grayscale, RGBA, multispectral) works.
+            Default: the shape of `input_tensor`, else {input_shape}.
+        pooling: with `include_top=False`, None (the 4D feature map), "avg" or "max"
+            (global pooling to a 2D `(batch, channels)` output). Ignored otherwise.
+        classes: outputs of the classifier; with `weights`, the number the weights were
+            trained for. Default: {classes}.
+        classifier_activation: the name of a Keras activation for the classifier, or None
+            for logits. Ignored unless `include_top=True`.
+        name: the model's name. Default: {name}.
+
+    Returns:
+        An uncompiled `keras.Model` taking images normalized by `preprocess_input`.
+"""
+# What `help(PreActResNet164)` shows before the arguments: the network, the paper's figure
+# (`keras_preact.paper`) and an example.
+CONSTRUCTOR_DOC = """Builds registered network `{model_name}` with Keras Applications arguments.
+
+    {family} family, depth {depth}: {block} blocks, {unit} units, {shortcut} shortcuts.
+    Paper error (%): {paper}.
+    He et al., Identity Mappings in Deep Residual Networks (ECCV 2016), arXiv:1603.05027.
+
+    Example (random initialization):
+
+        from keras_preact.applications import {public_name}
+        model = {public_name}(classes=100)
+        print(model.output.shape)  # (None, 100)
+        features = {public_name}(include_top=False, pooling="avg")
+        print(features.output.shape)  # (None, {features})
+"""
 
 
 def application(
@@ -35,16 +77,8 @@ def application(
     classifier_activation: str | None = "softmax",
     name: str | None = None,
 ) -> keras.Model:
-    """Builds registered `model_name` with Keras Applications arguments.
-
-    `weights`: None (random init), a path to a `.weights.h5` file (saved from the plain or
-    the scanned form, `keras_preact.scan`), or a published tag (`keras_preact.pretrained`,
-    `keras-preact list --weights`). `input_shape` defaults to the input of `input_tensor` or to
-    the registered size (32x32 CIFAR, 224x224 ImageNet); `classes` to 10 or 1000.
-
-    As in Keras Applications, without weights the input may have any size and any number
-    of channels (grayscale, RGBA, multispectral: the stem conv takes them); weights were
-    trained on RGB images and need 3 channels.
+    """Builds registered network `model_name` (`keras_preact.list_models()`) with Keras
+    Applications arguments: what every constructor calls.
 
     Example:
     >>> gray = application("preact-20", include_top=False, input_shape=(None, None, 1))
@@ -79,6 +113,14 @@ def application(
     return model
 
 
+application.__doc__ += ARGS_DOC.format(
+    model_name_arg="\n        model_name: a registered name, see `keras_preact.list_models()`.",
+    input_shape="`keras_preact.get_spec(model_name).input_shape`",
+    classes="`keras_preact.get_spec(model_name).classes`",
+    name="`model_name`",
+)
+
+
 def _compatible(input_shape, tensor_shape: tuple) -> bool:
     """Whether `input_shape` matches `tensor_shape`, None matching any size."""
     return (isinstance(input_shape, (tuple, list)) and len(input_shape) == len(tensor_shape)
@@ -111,10 +153,13 @@ def _constructor(public_name: str, model_name: str):
         )
 
     constructor.__name__ = constructor.__qualname__ = public_name
-    constructor.__doc__ = (
-        f"Builds `{model_name}` ({spec.family}, depth {spec.depth}, {spec.unit} units). "
-        f"Paper: {spec.paper_result or 'not reported'}. Arguments: see `application`."
-    )
+    constructor.__doc__ = CONSTRUCTOR_DOC.format(
+        model_name=model_name, public_name=public_name, family=spec.family, depth=spec.depth,
+        block=spec.block, unit=spec.unit, shortcut=spec.shortcut,
+        paper=PAPER_RESULTS.get(model_name, "not reported"),
+        features=spec.widths[-1] * EXPANSION[spec.block],
+    ) + ARGS_DOC.format(model_name_arg="", input_shape=spec.input_shape, classes=spec.classes,
+                        name=repr(model_name))
     return constructor
 
 

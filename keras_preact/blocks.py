@@ -7,6 +7,8 @@ momentum and epsilon.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras
 
 from keras_preact.specs import EXPANSION, ResNetSpec
@@ -57,15 +59,16 @@ class Namer:
         return f"{self.prefix}_{kind}{self.counts[kind]}"
 
 
-def apply_ops(x, ops: tuple[str, ...], name):
-    """Applies "bn" / "relu" in order; `name(kind)` gives each layer its name."""
+def apply_ops(x, ops: tuple[str, ...], layer_name: Callable[[str], str]):
+    """Applies "bn" / "relu" in order; `layer_name(kind)` names each layer, e.g. a unit's
+    `Namer` or `lambda kind: f"stem_{kind}"`."""
     for op in ops:
         if op == "bn":
             layer = keras.layers.BatchNormalization(
-                momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name("bn")
+                momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=layer_name("bn")
             )
         else:
-            layer = keras.layers.ReLU(name=name("relu"))
+            layer = keras.layers.ReLU(name=layer_name("relu"))
         x = layer(x)
     return x
 
@@ -80,13 +83,13 @@ def branch_convs(spec: ResNetSpec, width: int, strides: int) -> list[tuple[int, 
     return [(width, 3, strides)]
 
 
-def residual_branch(x, spec: ResNetSpec, width: int, strides: int, name: Namer):
+def residual_branch(x, spec: ResNetSpec, width: int, strides: int, namer: Namer):
     """The convs of F with the design's `mid` ops between them and `end` ops after."""
     design = DESIGNS[spec.unit]
     convs = branch_convs(spec, width, strides)
     for k, (filters, kernel, stride) in enumerate(convs, start=1):
-        x = conv(x, filters, kernel, name("conv"), stride)
-        x = apply_ops(x, design["mid"] if k < len(convs) else design["end"], name)
+        x = conv(x, filters, kernel, namer("conv"), stride)
+        x = apply_ops(x, design["mid"] if k < len(convs) else design["end"], namer)
     return x
 
 
@@ -123,10 +126,10 @@ def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *,
     """
     design = DESIGNS[spec.unit]
     out_channels = width * EXPANSION[spec.block]
-    name = Namer(prefix)
-    pre = x if skip_pre else apply_ops(x, design["pre"], name)
+    namer = Namer(prefix)
+    pre = x if skip_pre else apply_ops(x, design["pre"], namer)
     shortcut = pre if first else x
-    residual = residual_branch(pre, spec, width, strides, name)
+    residual = residual_branch(pre, spec, width, strides, namer)
 
     if strides != 1 or x.shape[-1] != out_channels or spec.shortcut == "conv1x1":
         shortcut = projection(shortcut, spec, out_channels, strides, prefix)

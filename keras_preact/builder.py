@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
 import keras
 
-from keras_preact import blocks, scan
-from keras_preact.specs import ResNetSpec
-
+from keras_preact import blocks
+from keras_preact.introspect import FINAL_PREFIX, scan_layer, stage_of, unit_prefix
+from keras_preact.scanned_units import check_scannable, scanned_units
+from keras_preact.specs import STAGES, ResNetSpec
 
 # The most layers per weighted layer of any unit design: a one-conv unit with a gated shortcut
 # (BN, ReLU, conv, gate, its complement, two products, add). Stem, final BN-ReLU and head fit
 # in the two weighted layers `depth` counts beyond the units.
 LAYERS_PER_CONV = 8
-# Layer names: `stage{s}_unit{uuu}_*` and `stage{s}_scan` in stage s, `final_*` after the last.
-STAGE_LAYER = re.compile(r"^stage(\d+)_")
-FINAL_PREFIX = "final_"
 
 
 def stem(x, spec: ResNetSpec):
@@ -57,70 +54,6 @@ def head(x, spec: ResNetSpec):
     return x
 
 
-# What a model's output holds, by the name of the activation (or the class) of the operation
-# that produces it. log_softmax gives shifted logits: softmax and cross-entropy treat them as such.
-OUTPUT_KINDS = {
-    "linear": "logits",
-    "log_softmax": "logits",
-    "logsoftmax": "logits",
-    "softmax": "probabilities",
-    "sigmoid": "sigmoid",
-}
-
-
-def _output_operation(model: keras.Model):
-    """The layer or op producing `model`'s one output (a Sequential's last layer)."""
-    if isinstance(model, keras.Sequential) and model.layers:
-        return model.layers[-1]
-    outputs = getattr(model, "outputs", None)
-    if not outputs:
-        raise ValueError(
-            "Cannot tell what a model without a functional graph outputs (subclassed or "
-            f"unbuilt). Received: {type(model).__name__} {model.name!r}."
-        )
-    if len(outputs) != 1:
-        raise ValueError(
-            f"Expected a model with one output. Received {len(outputs)} outputs: "
-            f"{[tuple(t.shape) for t in outputs]}."
-        )
-    return outputs[0]._keras_history.operation
-
-
-def output_kind(model: keras.Model) -> str:
-    """What `model`'s one output holds: "logits", "probabilities" (softmax), "sigmoid"
-    (independent per-class probabilities) or "features" (anything else, e.g. the pooled
-    features of `include_top=False`).
-
-    Decided by the layer or op that produces the output (its activation, a Softmax layer or
-    op; nested models are followed): the one rule for losses, evaluation, analysis and export.
-    Raises ValueError for a model with several outputs or without a functional graph.
-
-    Example:
-    >>> import keras, keras_preact
-    >>> logits = keras_preact.build("preact-20", depth=8, classifier_activation=None)
-    >>> output_kind(logits), output_kind(keras.Sequential([logits, keras.layers.Softmax()]))
-    ('logits', 'probabilities')
-    """
-    operation = _output_operation(model)
-    if isinstance(operation, keras.Model):
-        return output_kind(operation)
-    activation = getattr(operation, "activation", None)
-    name = getattr(activation, "__name__", None) or type(operation).__name__.lower()
-    return OUTPUT_KINDS.get(name, "features")
-
-
-def outputs_logits(model: keras.Model) -> bool:
-    """Whether a softmax classifier outputs logits (True) or probabilities (False): what a
-    categorical cross-entropy needs to know. Any other output (`output_kind`) is refused."""
-    kind = output_kind(model)
-    if kind not in ("logits", "probabilities"):
-        raise ValueError(
-            "A categorical cross-entropy needs a classifier that outputs logits or softmax "
-            f"probabilities. Received: a model whose output is {kind} ({model.name!r})."
-        )
-    return kind == "logits"
-
-
 def layer_bound(spec: ResNetSpec) -> int:
     """An upper bound on the layers of `spec`'s model (`len(model.layers)`).
 
@@ -150,9 +83,9 @@ def stage_outputs(model: keras.Model) -> dict:
     """
     last: dict[int, keras.layers.Layer] = {}
     for layer in model.layers:
-        match = STAGE_LAYER.match(layer.name)
-        if match:
-            last[int(match.group(1))] = layer
+        stage = stage_of(layer.name)
+        if stage is not None:
+            last[stage] = layer
         elif layer.name.startswith(FINAL_PREFIX) and last:
             last[max(last)] = layer
     if sorted(last) != list(range(1, len(last) + 1)) or not last:
@@ -182,13 +115,13 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
 
     Layers are named `stem_*`, `stage{s}_unit{uuu}_*`, `final_*`, `predictions`: stable
     across versions, so weights saved by name keep loading. `stages="scan"` runs the
-    identical units 2..n of each stage as one `keras_preact.scan.ScannedUnits` layer
+    identical units 2..n of each stage as one `keras_preact.scanned_units.ScannedUnits` layer
     `stage{s}_scan` (same math and parameters, a graph that does not grow with depth).
     """
-    if stages not in scan.STAGES:
-        raise ValueError(f"Unknown stages {stages!r}. Valid: {list(scan.STAGES)}.")
+    if stages not in STAGES:
+        raise ValueError(f"Unknown stages {stages!r}. Valid: {list(STAGES)}.")
     if stages == "scan":
-        scan.check_scannable(spec)
+        check_scannable(spec)
     if input_tensor is None:
         inputs = keras.Input(shape=spec.input_shape, name="images")
         x = inputs
@@ -200,14 +133,14 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
     for s, (n_units, width) in enumerate(zip(spec.units, spec.widths), start=1):
         for u in range(1, n_units + 1):
             if stages == "scan" and u == 2:
-                x = scan.scanned_units(x, spec, width, n_units - 1, name=f"stage{s}_scan")
+                x = scanned_units(x, spec, width, n_units - 1, name=scan_layer(s))
                 break
             x = blocks.residual_unit(
                 x,
                 spec,
                 width,
                 strides=2 if (u == 1 and s > 1) else 1,
-                prefix=f"stage{s}_unit{u:03d}",
+                prefix=unit_prefix(s, u),
                 first=u == 1,
                 # The ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
                 skip_pre=spec.family == "imagenet" and s == 1 and u == 1,

@@ -39,6 +39,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model `evaluate` and `export` work on: a run dir, a `.keras` file, or a registered
+    name with published or saved weights (`model_from_args`)."""
+    parser.add_argument("model", metavar="RUN_DIR|MODEL.keras|NAME",
+                        help="a trainer run dir, a .keras file, or a registered name with "
+                        "--weights")
+    parser.add_argument("--weights", metavar="TAG|FILE",
+                        help="with a registered NAME: a published tag (keras-preact list "
+                        "--weights) or a .weights.h5 file")
+
+
+def model_from_args(args: argparse.Namespace):
+    """`args.model` as a path, or the registered network it names built with `args.weights`
+    (call after `import_tensorflow`)."""
+    from keras_preact.specs import list_models
+
+    named = args.model in list_models() and not os.path.exists(args.model)
+    if named != (args.weights is not None):
+        raise ValueError(
+            f"{args.model!r} is a registered name: add --weights TAG|FILE "
+            "(`keras-preact list --weights` shows the published tags)." if named else
+            f"--weights goes with a registered model name (a run dir or .keras file holds its "
+            f"own weights). Received: {args.model!r} --weights {args.weights!r}")
+    if not named:
+        return args.model
+    import keras_preact
+
+    return keras_preact.build(args.model, weights=args.weights)
+
+
 def import_tensorflow(verbose: bool = False) -> None:
     """Imports TensorFlow; unless `verbose`, without its start-up lines on the console.
 

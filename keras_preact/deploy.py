@@ -11,16 +11,16 @@ Every artifact holds the whole inference path, so the other side writes no prepr
   `NAME.tflite` (one name per line: LiteRT has no metadata field the runtime reads).
 
 Why not Keras' `model.export(path, format=...)`: it traces the model through an ExportArchive
-that re-traces it with AutoGraph while collecting resources (3 traces: 75 of the 146 s of
-preact-164's ONNX export), and hands the converters a function whose weights are still
-variables. OpenVINO's TensorFlow frontend then finds each variable by scanning every capture
-of the graph (quadratic: preact-1001 had not converted after 20 min), and the LiteRT export of
-preact-1001 had not finished after 20 min either. Here the model is traced once and its
+that re-traces it with AutoGraph while collecting resources (three traces), and hands the
+converters a function whose weights are still variables. OpenVINO's TensorFlow frontend then
+finds each variable by scanning every capture of the graph (quadratic in depth): for
+preact-1001 neither it nor the LiteRT export finished in reasonable time. Here the model is
+traced once and its
 variables frozen into constants (`inference_function`); the same frozen function goes to the
 three converters Keras itself uses (tf2onnx, `openvino.convert_model`, `TFLiteConverter`).
-preact-1001 on a busy 2-core machine: trace and freeze ~45 s, then tf2onnx ~135 s (mostly its
-transpose optimizer, which moves the NHWC/NCHW transposes around each convolution one node per
-sweep over the graph), OpenVINO ~90 s, LiteRT ~30 s; outputs within 2e-5 of Keras.
+Most of tf2onnx's time goes to its transpose optimizer, which moves the NHWC/NCHW transposes
+around each convolution one node per sweep over the graph. Export times per runtime:
+benchmarks/README.md (Serving runtimes); parity with Keras: tests/test_deploy.py.
 
 Scanned stages (`keras_preact.scan`) are exported as the plain layer graph: tf2onnx leaves the
 scanned loop as an op ONNX does not have (`PartitionedCall`), and in the plain graph each BN is
@@ -107,8 +107,8 @@ def inference_function(model):
     )
 
     from keras_preact import scan
-    from keras_preact.builder import outputs_logits
-    from keras_preact.preprocessing import family_of, preprocess_input
+    from keras_preact.introspect import family_of, outputs_logits
+    from keras_preact.preprocessing import preprocess_input
     from keras_preact.serving.signatures import model_side
 
     if scan.is_scanned(model):
@@ -181,7 +181,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
         format: "onnx", "litert" or "openvino" (see `FORMATS`).
 
     OpenVINO on a CPU with bfloat16 units (AVX512-BF16, AMX) computes in bfloat16 unless the
-    model is compiled with `{"INFERENCE_PRECISION_HINT": "f32"}` (~6e-4 off at preact-20).
+    model is compiled with `{"INFERENCE_PRECISION_HINT": "f32"}`, for Keras' float32 outputs.
 
     Example:
     >>> import tempfile, keras_preact
@@ -190,8 +190,8 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     True
     """
     from keras_preact.export import load_for_export
+    from keras_preact.introspect import family_of
     from keras_preact.labels import class_names
-    from keras_preact.preprocessing import family_of
 
     path = os.fspath(path)
     _check_target(path, format)

@@ -15,69 +15,56 @@ rules for model names and versions in `keras_preact.serving.layout`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
 import keras
 
-from keras_preact import scan
+from keras_preact import rundir, scan
 from keras_preact.api import load_for_inference
 from keras_preact.serving.layout import check_name, check_version, publish_version
 
-RUN_FILES = ("model.keras", "config.json")
+RUN_FILES = (rundir.MODEL, rundir.CONFIG)
 
 
 def load_for_export(model_or_path) -> tuple[keras.Model, str]:
-    """`(model, default name)` from a `keras.Model`, a `.keras` file or a trainer run dir.
+    """`(model, default name)` from a `keras.Model`, a `.keras` file or a trainer run dir: the
+    model as `load_for_inference` gives it; the name is a run dir's config.json `"model"`
+    (the network it trained), else the model's."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = os.fspath(model_or_path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
+        if os.path.isdir(path):
+            name = _run_model_name(path)  # a bad run dir fails before the model loads
+            return load_for_inference(path), name
+    model = load_for_inference(model_or_path)
+    return model, model.name
 
-    Files are loaded with Keras' safe mode on and `compile=False` (serving needs no optimizer),
-    full pre-activation nets directly in their scanned form (`serving_form`, loads much faster).
-    A run dir must hold `model.keras` and `config.json` whose `"model"` names the network.
-    """
-    if isinstance(model_or_path, keras.Model):
-        return model_or_path, model_or_path.name
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        raise ValueError(
-            f"Expected a keras.Model, a .keras file or a run dir. Received: {model_or_path!r}"
+
+def _run_model_name(path: str) -> str:
+    """The `"model"` of run dir `path`'s config, once the run dir is checked to hold
+    `RUN_FILES`."""
+    missing = [f for f in RUN_FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise FileNotFoundError(
+            f"{path} is not a run dir: missing {', '.join(missing)} "
+            f"(a run dir holds {' and '.join(RUN_FILES)})."
         )
-    path = os.fspath(model_or_path)
-    if os.path.isdir(path):
-        missing = [f for f in RUN_FILES if not os.path.isfile(os.path.join(path, f))]
-        if missing:
-            raise FileNotFoundError(
-                f"{path} is not a run dir: missing {', '.join(missing)} "
-                f"(a run dir holds {' and '.join(RUN_FILES)})."
-            )
-        config_path = os.path.join(path, "config.json")
-        try:
-            with open(config_path) as f:
-                config = json.load(f)
-            name = config["model"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(
-                f"{config_path} must be a JSON object with a \"model\" entry. Received error: {e!r}"
-            ) from None
-        if not isinstance(name, str):  # e.g. null, which would export a model named "None"
-            raise ValueError(
-                f"The \"model\" entry of {config_path} must be a string. Received: {name!r}"
-            )
-        return load_for_inference(path), name
-    if os.path.isfile(path) and path.endswith(".keras"):
-        model = load_for_inference(path)
-        return model, model.name
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"No model at {path}: expected a .keras file or a run dir.")
-    raise ValueError(f"Expected a keras.Model, a .keras file or a run dir. Received: {path}")
+    name = rundir.read_config(path).get("model")
+    if not isinstance(name, str):  # e.g. null, which would export a model named "None"
+        raise ValueError(f"The \"model\" entry of {os.path.join(path, rundir.CONFIG)} must be "
+                         f"a string. Received: {name!r}")
+    return name
 
 
 def serving_form(model: keras.Model) -> keras.Model:
     """The form a model is exported in: full pre-activation nets with scanned stages.
 
-    Same outputs as the plain layer graph (to ~1e-6; `keras_preact.scan`), but a
-    SavedModel with a loop instead of 3,339 layers: preact-1001 exports in ~2 s instead of
-    ~45 s and loads in TF Serving in ~0.4 s instead of ~17 s, at the same latency
-    (benchmarks/export_speed.py). Any other model is exported as it is.
+    Same outputs as the plain layer graph (`keras_preact.scan`), but a SavedModel with one
+    loop per stage instead of a layer graph that grows with depth: it exports and loads in
+    TF Serving much faster, at the same latency (benchmarks/export_speed.py measures both).
+    Any other model is exported as it is.
     """
     if scan.is_scanned(model):
         return model

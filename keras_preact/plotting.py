@@ -1,7 +1,7 @@
 """Training curves in the style of the paper's Fig. 1 and Fig. 6.
 
-Each run directory holds the trainer's `metrics.csv` (one row per epoch, header
-`epoch,step,lr,loss,accuracy,val_loss,val_accuracy`, `step` = optimizer iterations).
+Each run directory holds the trainer's metrics CSV (`keras_preact.rundir`: one row per
+epoch, `step` = optimizer iterations).
 `plot_runs` overlays runs: training loss dashed (left axis), test error solid (right axis),
 one colour per run, and the learning rate below. Figures are drawn on a plain
 `matplotlib.figure.Figure` with the Agg canvas, so no GUI backend and no global pyplot
@@ -21,9 +21,7 @@ from matplotlib.figure import Figure
 
 from keras_preact.files import atomic_write
 from keras_preact.labels import as_list
-
-METRICS_FILE = "metrics.csv"
-COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
+from keras_preact.rundir import METRICS, METRICS_COLUMNS
 
 
 def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -34,10 +32,10 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     >>> m["step"][-1], 100 - 100 * m["val_accuracy"][-1]  # doctest: +SKIP
     (64000.0, 6.37)
     """
-    path = os.path.join(os.fspath(run_dir), METRICS_FILE)
+    path = os.path.join(os.fspath(run_dir), METRICS)
     if not os.path.isfile(path):
         raise FileNotFoundError(
-            f"No {METRICS_FILE} in run directory {os.fspath(run_dir)!r}: expected the file "
+            f"No {METRICS} in run directory {os.fspath(run_dir)!r}: expected the file "
             f"the trainer writes there (`keras-preact train ... --output RUN_DIR`)."
         )
     with open(path, newline="") as f:
@@ -45,8 +43,8 @@ def read_metrics(run_dir: str | os.PathLike) -> dict[str, np.ndarray]:
         missing = [c for c in ("step", "loss") if c not in (reader.fieldnames or ())]
         if missing:
             raise ValueError(
-                f"{path} lacks column(s) {missing}. Expected header: {','.join(COLUMNS)}. "
-                f"Received: {reader.fieldnames}"
+                f"{path} lacks column(s) {missing}. Expected header: "
+                f"{','.join(METRICS_COLUMNS)}. Received: {reader.fieldnames}"
             )
         rows = list(reader)
     if not rows:

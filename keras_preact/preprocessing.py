@@ -6,7 +6,6 @@ served from a SavedModel.
 
 from __future__ import annotations
 
-import keras
 from keras import ops
 
 # Per-channel RGB mean/std of the CIFAR-10 training set on the 0-255 scale, as
@@ -65,21 +64,6 @@ def preprocess_input(x, family: str = "cifar"):
 # (resize the shorter side to 256, centre-crop 224).
 EVAL_SIZE = {"cifar": 32, "imagenet": 224}
 IMAGENET_RESIZE_RATIO = 256 / 224
-
-
-def family_of(model: keras.Model) -> str:
-    """"imagenet" for nets with the 7x7/2 + max-pool stem (layer `stem_pool`), else "cifar"."""
-    return family_of_layers({layer.name for layer in model.layers})
-
-
-def family_of_layers(names: set[str]) -> str:
-    """`family_of` from layer names alone (e.g. a `.keras` file's config).
-
-    Example:
-    >>> family_of_layers({"stem_conv", "stem_pool"})
-    'imagenet'
-    """
-    return "imagenet" if "stem_pool" in names else "cifar"
 
 
 def resize_for_eval(images, family: str, size: int | None = None):

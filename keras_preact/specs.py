@@ -31,6 +31,9 @@ CONVS_PER_UNIT = {"basic": 2, "bottleneck": 3, "single": 1}
 EXPANSION = {"basic": 1, "bottleneck": 4, "single": 1}
 FAMILIES = ("cifar", "imagenet")
 POOLINGS = (None, "avg", "max")
+# The forms a network is built in (`build(stages=...)`): the plain layer graph, or each
+# stage's identical units as one loop (`keras_preact.scanned_units`).
+STAGES = ("layers", "scan")
 
 # ImageNet stage layouts of fb.resnet.torch (preresnet.lua), keyed by (block, depth).
 IMAGENET_UNITS = {
@@ -64,7 +67,6 @@ class ResNetSpec:
     include_top: bool = True
     pooling: str | None = None  # only used when include_top=False (Keras Applications)
     classifier_activation: str | None = "softmax"
-    paper_result: str = ""  # the paper's test error for this exact network, if any
 
     def __post_init__(self):
         # Every field is checked here, whatever made the spec (build, the constructors,
@@ -105,10 +107,6 @@ class ResNetSpec:
             raise ValueError(
                 "`classifier_activation` must be None or the name of a Keras activation, e.g. "
                 f"'softmax'. Received: classifier_activation={self.classifier_activation!r}"
-            )
-        if not isinstance(self.paper_result, str):
-            raise ValueError(
-                f"`paper_result` must be a string. Received: paper_result={self.paper_result!r}"
             )
 
     def _set(self, field: str, value) -> None:
@@ -209,18 +207,13 @@ def resolve(name: str, **overrides) -> ResNetSpec:
     fields = {f.name for f in dataclasses.fields(ResNetSpec)} | {"depth"}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ValueError(
-            f"Unknown override(s) {unknown} for {name!r}. Valid: {sorted(fields - {'paper_result'})}."
-        )
+        raise ValueError(f"Unknown override(s) {unknown} for {name!r}. Valid: {sorted(fields)}.")
     if "units" in overrides and "depth" in overrides:
         raise ValueError("Pass `depth` or `units`, not both.")
     if "units" not in overrides and ("depth" in overrides or "block" in overrides):
         block = overrides.get("block", spec.block)
         depth = overrides.pop("depth", spec.depth)
         overrides["units"] = units_for_depth(spec.family, block, depth)
-    changes_network = set(overrides) - {"include_top", "pooling", "classifier_activation"}
-    if changes_network:
-        overrides.setdefault("paper_result", "")  # it no longer is the paper's network
     return dataclasses.replace(spec, **overrides)
 
 

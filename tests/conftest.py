@@ -5,7 +5,9 @@ import pathlib
 import pytest
 
 # Real CIFAR-10 (train split, TFDS format) lives beside the repository, never inside it.
-CIFAR10_DATA_DIR = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
+CIFAR10_DATA_DIR = (
+    pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
+)
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,8 @@ def test_full_preact_propagates_signal_directly(full_preact):
     # less than doubling the second moment per unit.
     steps = stats["signal"][:, 1:] / stats["signal"][:, :-1]
     assert np.all(steps > 1.0) and np.all(steps < 1.7)
-    assert np.all((stats["signal"][:, -1] / stats["signal"][:, 0]) ** 2 < 2 ** (UNITS_PER_STAGE - 1))
+    growth = stats["signal"][:, -1] / stats["signal"][:, 0]
+    assert np.all(growth**2 < 2 ** (UNITS_PER_STAGE - 1))
     # No vanishing gradient towards the input.
     assert stats["gradient"][0, 0] > stats["gradient"][-1, -1]
 
@@ -87,6 +88,16 @@ def test_analysis_restores_bn_statistics_and_validates():
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="no residual units"):
         analysis.residual_units(plain)
+
+
+def test_a_saved_model_is_analysed_from_its_file(tmp_path):
+    keras.utils.set_random_seed(0)
+    model = keras_preact.build("preact-20", depth=8)
+    model.save(str(tmp_path / "model.keras"))
+    a = analysis.signal_propagation(model, batch_size=4)
+    b = analysis.signal_propagation(str(tmp_path), batch_size=4)  # a run dir holding it
+    assert b["unit"] == a["unit"]
+    np.testing.assert_allclose(b["signal"], a["signal"], rtol=1e-4)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="scan needs TensorFlow")

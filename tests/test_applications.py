@@ -1,14 +1,17 @@
 """Keras-Applications-style constructors, weights loading, pre/post-processing, `list` CLI."""
 
 import inspect
+import re
 import sys
+import textwrap
 
+import keras
 import numpy as np
 import pytest
 
-import keras
 import keras_preact
-from keras_preact import applications, cli, labels, plotting, preprocessing, specs
+from keras_preact import applications, cli, introspect, labels, plotting, preprocessing, specs
+from keras_preact.paper import PAPER_RESULTS
 
 # The channels of the last feature map (Keras' `last_dim`): 64 / 256 for CIFAR basic /
 # bottleneck nets, 512 / 2048 on ImageNet.
@@ -23,14 +26,14 @@ LAST_DIM = {
 }
 # Keras' own applications test (keras/src/applications/applications_test.py) on real models,
 # for a representative subset: each family with both units (original, full pre-activation),
-# basic and bottleneck blocks. Building all 27 takes minutes on 2 cores (ResNet1202 alone
-# ~50 s); every constructor is checked on the spec it builds instead (below).
+# basic and bottleneck blocks. Building all 27 takes minutes on 2 cores (the 1000-layer nets
+# most of it); every constructor is checked on the spec it builds instead (below).
 REPRESENTATIVE = ["ResNet20", "PreActResNet20", "ResNet18", "PreActResNet50"]
 
 
 def output_side(model: keras.Model, side: int) -> int:
     """Same-padded stride-2 layers: CIFAR nets downsample twice, ImageNet nets 5 times."""
-    downsamplings = {"cifar": 2, "imagenet": 5}[preprocessing.family_of(model)]
+    downsamplings = {"cifar": 2, "imagenet": 5}[introspect.family_of(model)]
     return -(-side // 2**downsamplings)
 
 
@@ -45,6 +48,38 @@ def test_every_constructor_builds_its_registered_network():
     assert inspect.signature(applications.PreActResNet1001).parameters["classes"].default == 10
     assert inspect.signature(applications.PreActResNet200).parameters["classes"].default == 1000
     assert "preact-1001" in applications.PreActResNet1001.__doc__
+
+
+def documented_network(function) -> str:
+    """The registered name a constructor's docstring says it builds."""
+    return re.search(r"Builds registered network `([^`]+)`", function.__doc__).group(1)
+
+
+@pytest.mark.parametrize("public", [*applications.CONSTRUCTORS, "application"])
+def test_the_docstring_documents_every_argument(public):
+    function = getattr(applications, public)
+    doc = inspect.getdoc(function)
+    args = doc[doc.index("\nArgs:\n"):doc.index("\nReturns:\n")]
+    documented = re.findall(r"^    (\w+): ", args, flags=re.M)
+    assert documented == list(inspect.signature(function).parameters)
+    assert ".weights.h5" in args and "keras-preact list --weights" in args
+    if public == "application":
+        return
+    name = documented_network(function)
+    spec = keras_preact.get_spec(name)
+    assert applications.CONSTRUCTORS[public] is function
+    assert f"Paper error (%): {PAPER_RESULTS.get(name, 'not reported')}." in doc
+    assert f"Default: {spec.classes}." in args and f"Default: {name!r}." in args
+    assert f"print(features.output.shape)  # (None, {LAST_DIM[public]})" in doc
+
+
+def test_the_docstring_example_runs_and_prints_what_it_says(capsys):
+    doc = inspect.getdoc(applications.ResNet20)
+    example = doc[doc.index("Example"):doc.index("\nArgs:")].splitlines()[2:]
+    code = textwrap.dedent("\n".join(example))
+    exec(code, {})
+    said = [line.split("# ")[1] for line in code.splitlines() if line.startswith("print(")]
+    assert capsys.readouterr().out.splitlines() == said == ["(None, 100)", "(None, 64)"]
 
 
 def test_backbone_and_input_tensor():
@@ -87,7 +122,8 @@ def test_weights_saved_from_the_scanned_form_load_into_the_constructor(tmp_path)
 
 
 def test_bad_weights_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="Unknown weights 'cifar10' for 'preact-164'.*none published yet"):
+    with pytest.raises(ValueError,
+                       match="Unknown weights 'cifar10' for 'preact-164'.*none published yet"):
         applications.PreActResNet164(weights="cifar10")
     with pytest.raises(FileNotFoundError, match="missing.weights.h5"):
         applications.PreActResNet164(weights=str(tmp_path / "missing.weights.h5"))
@@ -118,9 +154,9 @@ def test_decode_predictions():
 
 
 def test_family_detection():
-    assert preprocessing.family_of(keras_preact.build("preact-20", depth=8)) == "cifar"
+    assert introspect.family_of(keras_preact.build("preact-20", depth=8)) == "cifar"
     small_imagenet = keras_preact.build("preact-18-imagenet", units=(1, 1, 1, 1))
-    assert preprocessing.family_of(small_imagenet) == "imagenet"
+    assert introspect.family_of(small_imagenet) == "imagenet"
 
 
 def test_list_command(capsys):
@@ -132,7 +168,9 @@ def test_list_command(capsys):
     assert cli.main(["list", "resnet-20", "--params", "--markdown"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| name | family | depth")
-    assert table[2] == "| resnet-20 | cifar | 20 | original | identity | 0.27M | 8.75 (He et al. 2015) |"
+    assert table[2] == (
+        "| resnet-20 | cifar | 20 | original | identity | 0.27M | 8.75 (He et al. 2015) |"
+    )
     assert cli.main(["list", "nope-*"]) == 2
     assert "No model matches 'nope-*'" in capsys.readouterr().err
 
@@ -142,7 +180,7 @@ def built_specs(monkeypatch):
     """Replaces the builder: records (spec, name, input_tensor) of each constructor call."""
     calls = []
 
-    def record(spec, name="resnet", input_tensor=None, stages="layers"):
+    def record(spec, name="resnet", input_tensor=None):
         calls.append((spec, name, input_tensor))
         return "model"
 
@@ -165,7 +203,8 @@ def test_every_constructor_follows_the_applications_contract(public, built_specs
     assert gray.input_shape == (None, None, 1) and not gray.include_top and gray.pooling is None
     assert gray.widths[-1] * specs.EXPANSION[gray.block] == LAST_DIM[public]
     assert rgba.input_shape == (123, 123, 4) and rgba.pooling == "max"
-    assert tensor_spec.input_shape == (50, 60, 2) and passed is tensor and tensor_spec.pooling == "avg"
+    assert tensor_spec.input_shape == (50, 60, 2) and tensor_spec.pooling == "avg"
+    assert passed is tensor
     assert (small.classes, small.classifier_activation, mine) == (3, None, "mine")
     assert default.include_top and default.classifier_activation == "softmax"
     assert default.input_shape == ((32, 32, 3) if default.family == "cifar" else (224, 224, 3))
@@ -215,7 +254,8 @@ def test_notop_custom_input_tensor_shape_and_pooling(public):
     assert list(model.outputs[0].shape) == [None, side, side, last_dim]
     assert len(model.inputs) == 1 and model.inputs[0] is inputs
     # And 4 channels (RGBA), pooled.
-    pooled = constructor(weights=None, include_top=False, pooling="max", input_shape=(None, None, 4))
+    pooled = constructor(weights=None, include_top=False, pooling="max",
+                         input_shape=(None, None, 4))
     assert list(pooled.outputs[0].shape) == [None, last_dim]
     assert pooled.layers[-1].name == "max_pool"
     assert pooled.get_layer("stem_conv").kernel.shape[2] == 4

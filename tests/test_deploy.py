@@ -19,11 +19,11 @@ import tensorflow as tf
 
 import keras_preact
 from keras_preact import deploy, scan
-from keras_preact.builder import outputs_logits
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
+from keras_preact.introspect import family_of, outputs_logits
 from keras_preact.labels import class_names
-from keras_preact.preprocessing import family_of, preprocess_input, resize_for_eval
+from keras_preact.preprocessing import preprocess_input, resize_for_eval
 from keras_preact.serving.signatures import model_side
 
 ort = pytest.importorskip("onnxruntime")

@@ -8,7 +8,6 @@ requests and writes their outputs (or errors) as JSON for the tests to check her
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import struct
@@ -23,8 +22,8 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
-from keras_preact.builder import output_kind, outputs_logits
 from keras_preact.export import export_saved_model
+from keras_preact.introspect import output_kind, outputs_logits
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import preprocess_input, resize_for_eval
 from keras_preact.serving.signatures import MAX_ASPECT_RATIO, MAX_SIDE, crop_aspect_ratio
@@ -196,7 +195,8 @@ def exported(tmp_path_factory):
         "c32_again": (c_dir, "serving_default", images(CIFAR_32)),
     }
     plan = [{"id": k, "dir": d, "signature": s, "inputs": i} for k, (d, s, i) in cases.items()]
-    plan += [{"id": f"warmup_{n}", "dir": d, "warmup": True} for n, d in {"c": c_dir, "i": i_dir}.items()]
+    plan += [{"id": f"warmup_{n}", "dir": d, "warmup": True}
+             for n, d in {"c": c_dir, "i": i_dir}.items()]
     return {
         "models": {"c": cifar, "i": imagenet},
         "dirs": {"c": c_dir, "i": i_dir},
@@ -377,7 +377,7 @@ def test_saved_model_cli_lists_signatures(exported):
         assert line in shown
 
 
-# What a model outputs decides what is served: one rule (`builder.output_kind`) for the package.
+# What a model outputs decides what is served: one rule (`introspect.output_kind`) for the package.
 
 
 def net(**overrides):

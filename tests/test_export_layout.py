@@ -207,7 +207,8 @@ def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
     "make, error, message",
     [
         (lambda p: p / "nowhere", FileNotFoundError, "No model at .*nowhere"),
-        (lambda p: (p / "empty").mkdir() or p / "empty", FileNotFoundError, "empty is not a run dir"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", FileNotFoundError,
+         "empty is not a run dir"),
         (lambda p: (p / "x.txt").write_text("x") and p / "x.txt", ValueError, "x.txt"),
         (lambda p: 42, ValueError, "Received: 42"),
     ],

@@ -4,10 +4,10 @@ Both forms convert into each other with equal outputs, parameter counts and movi
 updates; the scanned form trains, recomputes exactly, and saves/loads as `.keras` (safe mode).
 """
 
+import keras
 import numpy as np
 import pytest
 
-import keras
 import keras_preact
 from keras_preact import scan
 from keras_preact.training import SGDWithL2
@@ -70,7 +70,8 @@ def test_scanned_build_matches_plain_build():
     fast = keras_preact.build("preact-164", stages="scan", depth=29)  # 3 units per stage
     plain = keras_preact.build("preact-164", depth=29)
     assert fast.count_params() == plain.count_params()
-    assert [layer.units for layer in fast.layers if isinstance(layer, scan.ScannedUnits)] == [2, 2, 2]
+    scanned = [layer for layer in fast.layers if isinstance(layer, scan.ScannedUnits)]
+    assert [layer.units for layer in scanned] == [2, 2, 2]
     assert len(fast.layers) < len(plain.layers)
     # Same initial distribution: He fan-out normal per unit (std sqrt(2 / (3 * 3 * 64))).
     kernel = keras.ops.convert_to_numpy(fast.get_layer("stage3_scan").kernels[1])
@@ -118,16 +119,18 @@ def test_scanned_gradients_equal_the_plain_graph(kind):
 
     plain = plain_with_statistics(kind)
     x, y = images(plain, n=4, seed=5), np.arange(4) % 10
-    grads = []
-    for model in (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True)):
 
+    def gradients(model):
         @tf.function
         def gradient(x):
             with tf.GradientTape() as tape:
                 loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
             return tape.gradient(loss, model.trainable_weights)
 
-        grads.append({w.path: g.numpy() for w, g in zip(model.trainable_weights, gradient(x))})
+        return {w.path: g.numpy() for w, g in zip(model.trainable_weights, gradient(x))}
+
+    models = (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True))
+    grads = [gradients(model) for model in models]
     # The plain gradients in the scanned layout: load them as weights, convert, read back.
     for w in plain.trainable_weights:
         w.assign(grads[0][w.path])
@@ -165,7 +168,8 @@ def test_errors_name_what_was_received():
         keras_preact.build("resnet-164", stages="scan", depth=20)
     with pytest.raises(ValueError, match="Unknown stages 'fast'"):
         keras_preact.build("preact-164", stages="fast", depth=20)
-    with pytest.raises(ValueError, match="not two forms of one full pre-activation network.*stage1_unit002_shortcut_conv"):
+    with pytest.raises(ValueError, match="not two forms of one full pre-activation network"
+                                         ".*stage1_unit002_shortcut_conv"):
         scan.to_scanned(keras_preact.build("preact-164", depth=20, shortcut="conv1x1"))
     fast = keras_preact.build("preact-164", stages="scan", depth=20)
     with pytest.raises(ValueError, match="Received two scanned models"):
@@ -246,11 +250,49 @@ def test_files_of_other_nets_load_as_they_are(tmp_path):
 
 
 def test_evaluate_and_export_load_plain_files_scanned(tmp_path):
-    from keras_preact import training
+    from keras_preact.api import load_for_inference
     from keras_preact.export import load_for_export
 
     path = str(tmp_path / "plain.keras")
     keras_preact.build("preact-164", depth=20).save(path)
-    assert scan.is_scanned(training.load_trained(path))
+    assert scan.is_scanned(load_for_inference(path))
     model, name = load_for_export(path)
     assert scan.is_scanned(model) and name == "preact-164"
+
+
+def test_files_saved_before_the_split_of_scan_still_load(tmp_path):
+    """Scanned `.keras` files written when `ScannedUnits` lived in module `keras_preact.scan`
+    name that module; Keras finds the layer by its registered name `keras_preact>ScannedUnits`."""
+    import zipfile
+
+    fast = scan.to_scanned(plain_with_statistics("basic"))
+    new, old = str(tmp_path / "new.keras"), str(tmp_path / "old.keras")
+    fast.save(new)
+    with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                assert b'"keras_preact>ScannedUnits"' in data
+                data = data.replace(b'"module": "keras_preact.scanned_units"',
+                                    b'"module": "keras_preact.scan"')
+            target.writestr(item, data)
+    loaded = keras.saving.load_model(old, safe_mode=True)
+    assert isinstance(loaded.get_layer("stage1_scan"), scan.ScannedUnits)
+    x = images(fast)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x, training=False)),
+                                  keras.ops.convert_to_numpy(fast(x, training=False)))
+
+
+def test_one_loader_for_models_files_and_run_dirs(tmp_path):
+    from keras_preact.api import load_for_inference
+
+    model = keras_preact.build("preact-20", depth=14)
+    assert load_for_inference(model) is model
+    model.save(str(tmp_path / "model.keras"))
+    for path in (tmp_path, str(tmp_path), str(tmp_path / "model.keras")):  # a run dir or its file
+        assert scan.is_scanned(load_for_inference(path))
+    with pytest.raises(ValueError, match="Expected a keras.Model, a .keras file or a run dir. "
+                                         "Received: 42"):
+        load_for_inference(42)
+    with pytest.raises(FileNotFoundError, match="No .keras file at"):
+        load_for_inference(str(tmp_path / "missing"))

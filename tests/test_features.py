@@ -1,9 +1,9 @@
 """`keras_preact.feature_extractor`: per-stage feature maps for detection and segmentation."""
 
+import keras
 import numpy as np
 import pytest
 
-import keras
 import keras_preact
 from keras_preact import scan
 

@@ -6,12 +6,13 @@ import subprocess
 import sys
 import zipfile
 
+import keras
 import numpy as np
 import pytest
 
-import keras
 import keras_preact
 from keras_preact import api, builder, cli, specs
+from keras_preact.paper import paper_result
 
 ALL = keras_preact.list_models()
 
@@ -91,7 +92,8 @@ def test_identity_path_of_full_preactivation():
     assert layer_input(model, "stage1_unit001_conv1") == ["stage1_unit001_relu1"]
     assert layer_input(model, "stage1_unit001_shortcut_conv") == ["stage1_unit001_relu1"]
     # A plain unit adds its branch to its raw input: the previous Add.
-    assert layer_input(model, "stage1_unit002_add") == ["stage1_unit001_add", "stage1_unit002_conv3"]
+    assert layer_input(model, "stage1_unit002_add") == [
+        "stage1_unit001_add", "stage1_unit002_conv3"]
     # Downsampling in the first unit of stages 2 and 3, on the 3x3 conv and the projection.
     for s in (2, 3):
         assert model.get_layer(f"stage{s}_unit001_conv2").strides == (2, 2)
@@ -138,7 +140,10 @@ def test_zeroed_residual_branch_is_an_exact_identity():
     )
     probe = keras.Model(
         model.input,
-        [model.get_layer("stage1_unit001_add").output, model.get_layer("stage1_unit002_add").output],
+        [
+            model.get_layer("stage1_unit001_add").output,
+            model.get_layer("stage1_unit002_add").output,
+        ],
     )
     x = np.random.default_rng(1).normal(size=(2, 32, 32, 3)).astype("float32")
     before, after = (keras.ops.convert_to_numpy(t) for t in probe(x, training=False))
@@ -215,8 +220,8 @@ def test_overrides_keep_depth_and_change_block():
     spec = keras_preact.resolve("resnet-110", block="single")
     assert spec.units == (36, 36, 36)
     assert keras_preact.resolve("preact-164", depth=1001).units == (111, 111, 111)
-    assert keras_preact.resolve("preact-110", classes=100).paper_result == ""
-    assert keras_preact.resolve("preact-110", include_top=False).paper_result != ""
+    assert paper_result("preact-110", classes=100) == ""
+    assert paper_result("preact-110", include_top=False) != ""
 
 
 # Fig. 4's unit designs with the identity shortcut, and Table 1's shortcuts on the original unit.
@@ -259,7 +264,8 @@ def test_keras_file_round_trip(name, tmp_path):
         ({"name": "preact-1010"}, "Did you mean ['preact-110', 'preact-1001'"),
         ({"name": "preact-110", "unit": "preact"}, "Valid units: ['original'"),
         ({"name": "preact-110", "shortcut": "gating"}, "Valid shortcuts: ['identity'"),
-        ({"name": "preact-110", "depth": 111}, "depth 6n+2 (n >= 1), e.g. [8, 20, 110]. Received: depth=111"),
+        ({"name": "preact-110", "depth": 111},
+         "depth 6n+2 (n >= 1), e.g. [8, 20, 110]. Received: depth=111"),
         ({"name": "preact-164", "depth": 165}, "depth 9n+2"),
         ({"name": "preact-50-imagenet", "depth": 60}, "Valid depths: [50, 101, 152, 200]"),
         ({"name": "preact-110", "widht": 2}, "Unknown override(s) ['widht']"),
@@ -276,7 +282,8 @@ def test_keras_file_round_trip(name, tmp_path):
         ({"name": "preact-20", "input_shape": (0, 0, 3)}, "Received: input_shape=(0, 0, 3)"),
         ({"name": "preact-20", "input_shape": (32, 32, 0)}, "Received: input_shape=(32, 32, 0)"),
         ({"name": "preact-20", "input_shape": "abc"}, "Received: input_shape='abc'"),
-        ({"name": "preact-20", "input_shape": (32.0, 32, 3)}, "Received: input_shape=(32.0, 32, 3)"),
+        ({"name": "preact-20", "input_shape": (32.0, 32, 3)},
+         "Received: input_shape=(32.0, 32, 3)"),
         ({"name": "preact-20", "units": 5}, "Received: units=5"),
         ({"name": "preact-20", "units": (1, True, 1)}, "Received: units=(1, True, 1)"),
         ({"name": "preact-20", "dropout_rate": "a"}, "`dropout_rate` must be a number in [0, 1). "
@@ -313,7 +320,8 @@ def test_load_model_round_trip_and_errors(tmp_path):
 
 
 def test_a_string_override_where_a_number_is_expected_is_a_cli_error(tmp_path, capsys):
-    argv = ["train", "preact-20", "--output", str(tmp_path / "run"), "--override", 'dropout_rate="a"']
+    argv = ["train", "preact-20", "--output", str(tmp_path / "run"),
+            "--override", 'dropout_rate="a"']
     assert cli.main(argv) == 2
     assert "`dropout_rate` must be a number in [0, 1). Received: dropout_rate='a'" in (
         capsys.readouterr().err)
@@ -335,7 +343,7 @@ def write_keras_file(path, config) -> str:
     return str(path)
 
 
-def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path, monkeypatch):
+def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path):
     """A small file must not make load_model raise Python's recursion limit to its liking
     (100k chained layers: 0.9 MB, 247 s and 2.5 GB before failing)."""
     limit = sys.getrecursionlimit()
@@ -360,8 +368,9 @@ def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path, monkeypatch):
     # much more): preact-20's is 72 kB, about 1 kB per layer.
     real = tmp_path / "real.keras"
     keras_preact.build("preact-20").save(real)
-    with pytest.raises(ValueError, match=r"real.keras' holds a config.json of \d+ bytes; load_model "
-                                         r"reads at most 20480 for max_layers=10"):
+    too_big = (r"real.keras' holds a config.json of \d+ bytes; "
+               r"load_model reads at most 20480 for max_layers=10")
+    with pytest.raises(ValueError, match=too_big):
         keras_preact.load_model(str(real), max_layers=10)
     assert keras_preact.load_model(str(real), max_layers=80).name == "preact-20"
 
@@ -402,10 +411,10 @@ def test_builders_run_on_other_keras_backends(backend):
     pytest.importorskip(backend)
     code = (
         "import keras, keras_preact, numpy as np\n"
-        "assert keras.backend.backend() == %r\n"
+        f"assert keras.backend.backend() == {backend!r}\n"
         "m = keras_preact.build('resnet-110-exclusive-gating', units=(2, 1, 1))\n"
         "print(keras.ops.convert_to_numpy(m(np.ones((2, 32, 32, 3), 'float32'))).shape)\n"
-    ) % backend
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "KERAS_BACKEND": backend},

@@ -70,7 +70,8 @@ def test_plot_runs_writes_image_atomically(two_runs, tmp_path):
 
 
 def test_missing_val_columns_plot_loss_only(tmp_path):
-    run = write_run(tmp_path, "no-val", [(1, 10, 0.1, 2.0, 0.3, "", ""), (2, 20, 0.1, 1.8, 0.35, "", "")])
+    rows = [(1, 10, 0.1, 2.0, 0.3, "", ""), (2, 20, 0.1, 1.8, 0.35, "", "")]
+    run = write_run(tmp_path, "no-val", rows)
     lines = lines_by_label(plotting.plot_runs([run]))
     assert set(lines) == {"no-val train loss", "no-val"}
 
@@ -94,10 +95,18 @@ def test_cli_plot(two_runs, tmp_path, capsys):
 
 def test_plot_signal_propagation_lines_and_stage_marks(tmp_path):
     stats = {
-        "identity": {"stage": np.array([1, 1, 2, 2]), "signal": np.array([1.0, 1.5, 1.2, 1.8]),
-                     "gradient": np.array([4.0, 2.0, 2.0, 1.0]), "direct": np.array([0.9, 1, 0.95, 1])},
-        "scaled": {"stage": np.array([1, 1, 2, 2]), "signal": np.array([1.0, 1.1, 1.0, 1.1]),
-                   "gradient": np.array([4.0, 3.0, 2.0, 1.5]), "direct": np.array([0.5, 1, 0.5, 1])},
+        "identity": {
+            "stage": np.array([1, 1, 2, 2]),
+            "signal": np.array([1.0, 1.5, 1.2, 1.8]),
+            "gradient": np.array([4.0, 2.0, 2.0, 1.0]),
+            "direct": np.array([0.9, 1, 0.95, 1]),
+        },
+        "scaled": {
+            "stage": np.array([1, 1, 2, 2]),
+            "signal": np.array([1.0, 1.1, 1.0, 1.1]),
+            "gradient": np.array([4.0, 3.0, 2.0, 1.5]),
+            "direct": np.array([0.5, 1, 0.5, 1]),
+        },
     }
     fig = plotting.plot_signal_propagation(stats, tmp_path / "signal.svg")
     signal_ax, gradient_ax, direct_ax = fig.axes

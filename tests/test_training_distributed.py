@@ -11,8 +11,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 TRAIN = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override", "depth=14",
          "--warmup-steps", "0"]
 

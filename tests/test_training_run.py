@@ -19,7 +19,8 @@ def finished_run(tmp_path_factory, cifar10_data_dir):
     run_dir = str(tmp_path_factory.mktemp("run") / "preact-8")
     model = training.train(
         "preact-20", output=run_dir, data_dir=cifar10_data_dir, steps=90, steps_per_epoch=30,
-        batch_size=64, warmup_steps=10, val_examples=500, backup_every=25, overrides=TINY, seed=0, verbose=0,
+        batch_size=64, warmup_steps=10, val_examples=500, backup_every=25, overrides=TINY,
+        seed=0, verbose=0,
     )
     return run_dir, model
 
@@ -154,7 +155,8 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
         (["preact-99"], "Unknown model name 'preact-99'"),
         (["preact-20", "--dataset", "mnist"], "Unknown dataset 'mnist'"),
         (["preact-20", "--data-dir", "/nonexistent/tfds"], "data dir '/nonexistent/tfds' does not"),
-        (["preact-20", "--data-dir", "/", "--no-download"], "'cifar10' is not prepared in data_dir"),
+        (["preact-20", "--data-dir", "/", "--no-download"],
+         "'cifar10' is not prepared in data_dir"),
         (["preact-20", "--steps", "0"], "`steps` must be a positive integer. Received: steps=0"),
         (["preact-20", "--steps", "100", "--warmup-steps", "100"],
          r"`warmup_steps` must be an integer in \[0, steps=100\)"),

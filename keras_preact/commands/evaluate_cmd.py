@@ -1,16 +1,17 @@
-"""`keras-preact evaluate RUN_DIR|MODEL.keras --dataset cifar10 --split test [--json]`."""
+"""`keras-preact evaluate RUN_DIR|MODEL.keras|NAME [--weights TAG] --dataset cifar10 --split test
+[--json]`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from keras_preact.cli import import_tensorflow
+from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("evaluate", help="accuracy / error of a trained model on a split")
-    p.add_argument("model", metavar="RUN_DIR|MODEL.keras")
+    add_model_arguments(p)
     p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
     p.add_argument("--split", default=None,
                    help='TFDS split, e.g. "train[45000:]" (default: the dataset\'s labelled '
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact.training.data import dataset_info
 
     split = args.split or dataset_info(args.dataset).eval_split
-    result = training.evaluate(args.model, dataset=args.dataset, split=split,
+    result = training.evaluate(model_from_args(args), dataset=args.dataset, split=split,
                                data_dir=args.data_dir, download=args.download,
                                batch_size=args.batch_size)
     print(f"{args.dataset} {split}: error {result['error']:.2f} % "

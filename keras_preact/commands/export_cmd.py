@@ -1,18 +1,21 @@
-"""`keras-preact export RUN_DIR|MODEL.keras --base DIR`: a TF Serving SavedModel version;
-`--format onnx|litert|openvino -o PATH`: one file for that runtime (`keras_preact.deploy`)."""
+"""`keras-preact export RUN_DIR|MODEL.keras|NAME [--weights TAG] --base DIR`: a TF Serving
+SavedModel version; `--format onnx|litert|openvino -o PATH`: one file for that runtime
+(`keras_preact.deploy`)."""
 
 from __future__ import annotations
 
 import argparse
 
+from keras_preact.cli import add_model_arguments, model_from_args
 from keras_preact.deploy import EXPORT_FORMATS
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "export", help="export a run dir or .keras file as a TF Serving SavedModel"
+        "export",
+        help="export a trained model as a TF Serving SavedModel (or ONNX, LiteRT, OpenVINO)",
     )
-    p.add_argument("model", metavar="RUN_DIR|MODEL.keras", help="trainer run dir or .keras file")
+    add_model_arguments(p)
     p.add_argument(
         "--format", default="saved_model", choices=EXPORT_FORMATS,
         help="saved_model (default: a TF Serving version, --base) or one ONNX Runtime, LiteRT "
@@ -50,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact.export import export_model, export_saved_model
 
     if args.format != "saved_model":
-        print(export_model(args.model, args.output, format=args.format))
+        print(export_model(model_from_args(args), args.output, format=args.format))
         return 0
-    path = export_saved_model(args.model, args.base, name=args.name, version=args.version)
+    path = export_saved_model(model_from_args(args), args.base, name=args.name,
+                              version=args.version)
     print(path)
     return 0

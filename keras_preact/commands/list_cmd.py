@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[str]]]:
     import keras_preact
+    from keras_preact.paper import PAPER_RESULTS
 
     header = ["name", "family", "depth", "unit", "shortcut"]
     header += ["params"] * params + ["paper error (%)"]
@@ -54,7 +55,7 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
         if params:
             weights = keras_preact.build(name).trainable_weights
             row.append(f"{sum(math.prod(w.shape) for w in weights) / 1e6:.2f}M")
-        rows.append(row + [spec.paper_result or "-"])
+        rows.append(row + [PAPER_RESULTS.get(name, "-")])
     return header, rows
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from keras_preact.rundir import METRICS
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
-        help="plot runs' metrics.csv: train loss (dashed), test error (solid), lr",
+        help=f"plot runs' {METRICS}: train loss (dashed), test error (solid), lr",
         description="Overlays the training curves of runs written by `keras-preact train`, "
         "in the style of the paper's Fig. 1/6: training loss dashed, test error solid, one "
         "colour per run, learning rate below; x axis = iterations.",
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directory with metrics.csv")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=f"directory with {METRICS}")
     p.add_argument("-o", "--output", default="curves.png",
                    help="image to write; format from the extension (default: curves.png)")
     p.add_argument("--labels", nargs="+", metavar="LABEL",

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from keras_preact.builder import output_kind
+from keras_preact.introspect import family_of, output_kind
 from keras_preact.labels import check_names, class_names
-from keras_preact.preprocessing import EVAL_SIZE, family_of, preprocess_input, resize_for_eval
+from keras_preact.preprocessing import EVAL_SIZE, preprocess_input, resize_for_eval
 
 # Largest accepted image height/width, in pixels: bounds the memory an image can take
 # (a 4096x4096 RGB image decodes to 48 MiB).

@@ -1,4 +1,5 @@
-"""Training with the paper's recipe on `model.fit`, through `tf.distribute`, from TFDS.
+"""Training with the paper's recipe (`TrainConfig`) on `model.fit`, through `tf.distribute`,
+from TFDS.
 
 Example:
 >>> from keras_preact import training
@@ -6,9 +7,33 @@ Example:
 0.01
 """
 
-from keras_preact.training.optimizer import SGDWithL2
-from keras_preact.training.schedule import PaperSchedule, paper_schedule
-from keras_preact.training.trainer import TrainingDiverged, evaluate, load_trained, train
+from __future__ import annotations
 
-__all__ = ["PaperSchedule", "SGDWithL2", "TrainingDiverged", "evaluate", "load_trained",
-           "paper_schedule", "train"]
+import importlib
+
+from keras_preact.training.config import TrainConfig
+
+# What needs Keras (hence TensorFlow) loads on first use (PEP 562), so that
+# `keras-preact train --help` reads TrainConfig at once.
+_LAZY = {
+    "PaperSchedule": "schedule",
+    "paper_schedule": "schedule",
+    "SGDWithL2": "optimizer",
+    "TrainingDiverged": "trainer",
+    "evaluate": "trainer",
+    "train": "trainer",
+}
+
+__all__ = ["TrainConfig", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'keras_preact.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"keras_preact.training.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -11,14 +11,8 @@ import time
 import keras
 import numpy as np
 
-from keras_preact.files import atomic_write
-
-METRICS_HEADER = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` atomically (`keras_preact.files.atomic_write`)."""
-    atomic_write(path, lambda f: f.write(text))
+from keras_preact.files import atomic_path, atomic_write
+from keras_preact.rundir import BACKUP_FILE, BACKUP_METADATA, METRICS_COLUMNS, PREVIOUS_FILE
 
 
 def optimizer_step(model) -> int:
@@ -46,12 +40,6 @@ class TrainingGuard(keras.callbacks.Callback):
             self.model.stop_training = True
         if step >= self.total_steps:
             self.model.stop_training = True
-
-
-# In RUN_DIR/backup: the newest backup and the one before it (kept in case the newest is
-# damaged, e.g. by a full disk), each with the optimizer state.
-BACKUP_FILE = "latest.weights.h5"
-PREVIOUS_FILE = "previous.weights.h5"
 
 
 def restore_backup(model, backup_dir: str, log=print) -> int | None:
@@ -87,7 +75,7 @@ class RunBackup(keras.callbacks.Callback):
 
     - no poisoned backups: a save is skipped when the loss or any weight is not finite, so
       the last good backup survives a NaN;
-    - atomic files (temp + `os.replace`), the previous backup kept beside the newest;
+    - atomic files (`keras_preact.files`), the previous backup kept beside the newest;
     - multi-worker safety: only the chief writes (`chief=False` saves nothing).
     """
 
@@ -120,13 +108,12 @@ class RunBackup(keras.callbacks.Callback):
             return
         os.makedirs(self.backup_dir, exist_ok=True)
         latest = os.path.join(self.backup_dir, BACKUP_FILE)
-        tmp = os.path.join(self.backup_dir, "tmp-" + BACKUP_FILE)
-        self.model.save_weights(tmp, overwrite=True)
-        if os.path.exists(latest):
-            os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
-        os.replace(tmp, latest)
-        atomic_write_text(os.path.join(self.backup_dir, "training_metadata.json"), json.dumps(
-            {"epoch": step // self.steps_per_epoch, "step": step}))
+        with atomic_path(latest) as tmp:
+            self.model.save_weights(tmp, overwrite=True)
+            if os.path.exists(latest):
+                os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        metadata = json.dumps({"epoch": step // self.steps_per_epoch, "step": step})
+        atomic_write(os.path.join(self.backup_dir, BACKUP_METADATA), lambda f: f.write(metadata))
 
 
 class Progress(keras.callbacks.Callback):
@@ -172,28 +159,23 @@ def _scalars(logs) -> list[tuple[str, float]]:
     return [(k, float(v)) for k, v in (logs or {}).items() if k != "learning_rate"]
 
 
-class MetricsCSV(keras.callbacks.Callback):
-    """Appends one row per epoch to `path` with header `METRICS_HEADER`.
-
-    `step` is `optimizer.iterations` at the epoch end; `lr` is the rate of that epoch's last
-    step (the plotting helper draws it as held through the epoch).
-    """
+class MetricsCSV(keras.callbacks.CSVLogger):
+    """Keras' `CSVLogger` appending one row per epoch to `path`, in `METRICS_COLUMNS` order,
+    with `step` (`optimizer.iterations` at the epoch end) and `lr` (the rate of the epoch's
+    last step: the plotting helper draws it as held through the epoch) added."""
 
     def __init__(self, path: str, schedule):
-        super().__init__()
-        self.path = path
+        super().__init__(path, append=True)
         self.schedule = schedule
 
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.keys = list(METRICS_COLUMNS[1:])  # our order (CSVLogger sorts the log keys)
+
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
         step = optimizer_step(self.model)
-        row = {"epoch": epoch, "step": step, "lr": float(self.schedule(max(step - 1, 0)))}
-        row.update({k: logs.get(k) for k in METRICS_HEADER[3:]})
-        new = not os.path.exists(self.path)
-        with open(self.path, "a") as f:
-            if new:
-                f.write(",".join(METRICS_HEADER) + "\n")
-            f.write(",".join(_csv_value(row[k]) for k in METRICS_HEADER) + "\n")
+        row = {**(logs or {}), "step": step, "lr": self.schedule(max(step - 1, 0))}
+        super().on_epoch_end(epoch, {k: _csv_value(row.get(k)) for k in self.keys})
 
 
 def _csv_value(value) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact import preprocessing
+# TensorFlow and preprocessing (Keras) are imported where used: `keras-preact train --help`
+# reads DATASETS (through TrainConfig) and must answer at once.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +179,8 @@ def train_dataset(
     """
     import tensorflow as tf
 
+    from keras_preact import preprocessing
+
     info = dataset_info(name)
     ds = _load(name, split, data_dir, shuffle_files=True)
     if info.family == "cifar":
@@ -208,6 +211,8 @@ def eval_dataset(
 ):
     """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224)."""
     import tensorflow as tf
+
+    from keras_preact import preprocessing
 
     info = dataset_info(name)
     ds = _load(name, split, data_dir, shuffle_files=False)

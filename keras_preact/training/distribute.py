@@ -163,7 +163,8 @@ def apply_mwms_compat() -> bool:
         warnings.warn(
             f"keras_preact: no MultiWorkerMirroredStrategy compatibility patch for Keras "
             f"{_keras_version()} (patched range {low}-{high}); if fit fails, see "
-            "keras-team/keras#20585."
+            "keras-team/keras#20585.",
+            stacklevel=2,
         )
         return False
     if getattr(tf_trainer, "_keras_preact_mwms_patch", False):

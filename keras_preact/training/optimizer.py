@@ -29,7 +29,9 @@ class SGDWithL2(keras.optimizers.SGD):
     """
 
     def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, l2=1e-4, **kwargs):
-        super().__init__(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, **kwargs)
+        super().__init__(
+            learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, **kwargs
+        )
         if l2 < 0:
             raise ValueError(f"`l2` must be >= 0. Received: l2={l2!r}")
         self.l2 = float(l2)

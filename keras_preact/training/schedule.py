@@ -41,7 +41,8 @@ class PaperSchedule(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(f"`boundaries` must be fractions in (0, 1). Received: {boundaries!r}")
         if base_lr <= 0 or warmup_lr <= 0:
             raise ValueError(
-                f"Learning rates must be positive. Received: base_lr={base_lr}, warmup_lr={warmup_lr}"
+                "Learning rates must be positive. "
+                f"Received: base_lr={base_lr}, warmup_lr={warmup_lr}"
             )
         self.total_steps = total_steps
         self.base_lr = float(base_lr)
@@ -72,7 +73,7 @@ class PaperSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
     @classmethod
-    def from_config(cls, config: dict) -> "PaperSchedule":
+    def from_config(cls, config: dict) -> PaperSchedule:
         return cls(**{**config, "boundaries": tuple(config["boundaries"])})
 
 

@@ -1,14 +1,14 @@
-"""`train` and `evaluate`: the paper's recipe on `model.fit`, resumable, through tf.distribute.
+"""`train` and `evaluate`: the paper's recipe (`TrainConfig`) on `model.fit`, resumable,
+through tf.distribute, into a run directory (`keras_preact.rundir`).
 
-RUN_DIR layout: `config.json` (written at start), `metrics.csv` (one row per epoch),
-`logs/` (TensorBoard), `backup/` (while training, with the optimizer state) and, only when
-training finished, `model.keras`: the trained network as plain Keras layers, which
-`keras.saving.load_model` loads without keras_preact (see `shareable`).
+`model.keras` is written only when training finished: the trained network as plain Keras
+layers, which `keras.saving.load_model` loads without keras_preact (see `shareable`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
@@ -18,25 +18,26 @@ import shutil
 import tempfile
 import warnings
 
-from keras_preact.builder import outputs_logits
+from keras_preact import rundir
+from keras_preact.files import atomic_path
+from keras_preact.introspect import family_of, outputs_logits
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute
+from keras_preact.training.config import (
+    DIVERGED_MAY_CHANGE,
+    MIXED_PRECISION,
+    RESUME_KEYS,
+    STAGES,
+    TrainConfig,
+    check_choice,
+    check_positive,
+)
 from keras_preact.training.optimizer import SGDWithL2
 from keras_preact.training.schedule import paper_schedule
 
-MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
 CIFAR_WARMUP_SHARE = 400 / 64000
-# Settings that must match for a rerun in the same RUN_DIR to resume (not e.g. the strategy:
-# a run may move from one GPU to several machines).
-RESUME_KEYS = ("model", "overrides", "dataset", "steps", "batch_size", "lr", "warmup_steps",
-               "nesterov", "momentum", "weight_decay", "val_examples", "steps_per_epoch",
-               "mixed_precision", "stages")
-
-
-# Settings a rerun may change to resume a run that diverged (the advice its error gives).
-DIVERGED_MAY_CHANGE = ("lr", "warmup_steps", "warmup_lr")
 
 
 class TrainingDiverged(RuntimeError):
@@ -47,56 +48,33 @@ class TrainingDiverged(RuntimeError):
         self.step = step
 
 
-def _check_positive(**values) -> None:
-    for name, value in values.items():
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-
-
 def train(
     model: str,
+    config: TrainConfig | None = None,
     *,
     output: str,
-    dataset: str = "cifar10",
-    data_dir: str | None = None,
     download: bool = True,
-    steps: int = 64000,
-    batch_size: int = 128,
-    lr: float = 0.1,
-    warmup_steps: int | None = None,
-    warmup_lr: float = 0.01,
-    nesterov: bool = False,
-    momentum: float = 0.9,
-    weight_decay: float = 1e-4,
-    val_examples: int = 5000,
-    steps_per_epoch: int | None = None,
-    strategy: str = "auto",
-    mixed_precision: str = "off",
-    jit_compile: bool = False,
-    stages: str = "auto",
-    recompute: bool = False,
-    backup_every: int = 1000,
-    overrides: dict | None = None,
-    seed: int | None = None,
     verbose: int = 1,
     connect_timeout: float | None = None,
+    **fields,
 ):
-    """Trains registered network `model` with the paper's recipe; returns the trained model.
+    """Trains registered network `model` with the recipe `config` (a `TrainConfig`, its
+    fields given as keywords, or both: the keywords replace fields of `config`) into run
+    directory `output`; returns the trained model.
 
     SGD (momentum 0.9, optional Nesterov), weight decay `gradient += weight_decay * w` on all
     parameters, lr `lr` divided by 10 at 50 % and 75 % of `steps` (ImageNet: epochs 30 and 60
     of 90), `warmup_steps` at `warmup_lr` first (default on CIFAR: the paper's 400 of 64,000
-    iterations, scaled with `steps`; 0 on ImageNet).
-    `batch_size` is global, split across replicas; scale `lr` linearly with it (0.1 per 128).
+    iterations, scaled with `steps`; 0 on ImageNet); `TrainConfig` documents every field.
     With `download`, TFDS downloads and prepares CIFAR into `data_dir` if it is not there yet.
     Rerunning the same call after an interruption resumes from `output/backup`.
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     Multi-worker runs wait `connect_timeout` seconds at most for the other workers
     (default `distribute.CONNECT_TIMEOUT_S`, 5 minutes).
     `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.scan`:
-    same math, a first step in seconds even at depth 1001, less memory) and other designs
-    as plain layers; `model.keras` is always the plain layer graph. Returns the trained,
-    compiled model in the form it trained in.
+    same math, a much faster start and less memory) and other designs as plain layers;
+    `model.keras` is always the plain layer graph. Returns the trained, compiled model in
+    the form it trained in.
 
     Example (a few steps of a tiny net; the paper's run is `train("preact-110", output=...)`):
     >>> m = train("preact-20", output="/tmp/run", data_dir="../shared/tensorflow_datasets",
@@ -107,95 +85,72 @@ def train(
     import keras_preact
 
     # --- Everything checkable without TensorFlow, before any work. ---
-    info = data.dataset_info(dataset)
-    overrides = dict(overrides or {})
+    config = dataclasses.replace(config or TrainConfig(), **fields)
+    info = data.dataset_info(config.dataset)
+    overrides = config.overrides
     spec = keras_preact.resolve(model, **overrides)
     if spec.family != info.family:
-        raise ValueError(f"Model {model!r} is a {spec.family} network; dataset {dataset!r} needs "
-                         f"a {info.family} one. Received: model={model!r}, dataset={dataset!r}")
+        raise ValueError(f"Model {model!r} is a {spec.family} network; dataset "
+                         f"{config.dataset!r} needs a {info.family} one. "
+                         f"Received: model={model!r}, dataset={config.dataset!r}")
     if spec.classes != info.classes and "classes" not in overrides:
-        overrides["classes"] = info.classes
+        overrides = {**overrides, "classes": info.classes}
         spec = keras_preact.resolve(model, **overrides)
     if spec.classes != info.classes:
-        raise ValueError(f"{dataset!r} has {info.classes} classes. Received: classes={spec.classes}")
-    _check_positive(steps=steps, batch_size=batch_size, backup_every=backup_every)
-    if warmup_steps is None:
-        warmup_steps = default_warmup_steps(steps, info.family)
-    if steps_per_epoch is not None:
-        _check_positive(steps_per_epoch=steps_per_epoch)
-    if not (isinstance(val_examples, int) and val_examples >= 0):
-        raise ValueError(f"`val_examples` must be an integer >= 0. Received: {val_examples!r}")
-    if not (isinstance(warmup_steps, int) and 0 <= warmup_steps < steps):
-        raise ValueError(f"`warmup_steps` must be an integer in [0, steps={steps}). "
-                         f"Received: warmup_steps={warmup_steps!r}")
-    rates = (lr, warmup_lr, weight_decay, momentum)
-    if not (all(math.isfinite(r) for r in rates) and lr > 0 and warmup_lr > 0
-            and weight_decay >= 0 and 0 <= momentum < 1):
-        raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= momentum "
-                         f"< 1. Received: lr={lr}, warmup_lr={warmup_lr}, "
-                         f"weight_decay={weight_decay}, momentum={momentum}")
+        raise ValueError(f"{config.dataset!r} has {info.classes} classes. "
+                         f"Received: classes={spec.classes}")
     _check_input_size(spec, info.family)
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
                               "Choose another --output.")
-    stages = resolve_stages(stages, spec, output)
-    _check_compile_options(model, stages, recompute, mixed_precision)
-    if strategy not in distribute.STRATEGIES:
-        raise ValueError(f"Unknown strategy {strategy!r}. Valid: {list(distribute.STRATEGIES)}.")
-    if os.path.exists(os.path.join(output, "model.keras")):
-        raise FileExistsError(f"{output!r} already holds a finished run (model.keras). "
+    warmup_steps = config.warmup_steps
+    config = dataclasses.replace(
+        config, overrides=overrides, stages=resolve_stages(config.stages, spec, output),
+        warmup_steps=default_warmup_steps(config.steps, info.family) if warmup_steps is None
+        else warmup_steps)
+    _check_recompute(model, config.stages, config.recompute)
+    if os.path.exists(os.path.join(output, rundir.MODEL)):
+        raise FileExistsError(f"{output!r} already holds a finished run ({rundir.MODEL}). "
                               "Choose another --output.")
 
     # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
-    strat = distribute.select_strategy(strategy, connect_timeout or distribute.CONNECT_TIMEOUT_S)
+    strat = distribute.select_strategy(config.strategy,
+                                       connect_timeout or distribute.CONNECT_TIMEOUT_S)
     chief = distribute.is_chief(strat)
-    if batch_size % strat.num_replicas_in_sync:
+    if config.batch_size % strat.num_replicas_in_sync:
         raise ValueError(f"`batch_size` (global) must be divisible by the "
-                         f"{strat.num_replicas_in_sync} replicas. Received: {batch_size}")
-    if mixed_precision == "float16" and not distribute.has_gpu():
+                         f"{strat.num_replicas_in_sync} replicas. "
+                         f"Received: batch_size={config.batch_size}")
+    if config.mixed_precision == "float16" and not distribute.has_gpu():
         warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
                       "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
                       stacklevel=2)
-    examples = data.check_split(dataset, "train", data_dir, download)
-    if not val_examples + batch_size <= examples:
-        raise ValueError(f"{dataset!r} has {examples} training examples: `val_examples` + "
-                         f"`batch_size` must not exceed that. Received: "
-                         f"val_examples={val_examples}, batch_size={batch_size}")
-    train_split, val_split = data.train_val_splits(val_examples)
-    steps_per_epoch = steps_per_epoch or (examples - val_examples) // batch_size
-
-    config = {
-        "model": model, "overrides": overrides, "dataset": dataset, "family": info.family,
-        "classes": info.classes, "data_dir": data_dir, "steps": steps,
-        "batch_size": batch_size, "lr": lr, "warmup_steps": warmup_steps,
-        "warmup_lr": warmup_lr, "nesterov": nesterov, "momentum": momentum,
-        "weight_decay": weight_decay, "val_examples": val_examples,
-        "steps_per_epoch": steps_per_epoch, "strategy": strategy,
-        "replicas": strat.num_replicas_in_sync, "mixed_precision": mixed_precision,
-        "jit_compile": jit_compile, "stages": stages, "recompute": recompute,
-        "backup_every": backup_every, "seed": seed,
-        "versions": _versions(),
-    }
+    examples = data.check_split(config.dataset, "train", config.data_dir, download)
+    if not config.val_examples + config.batch_size <= examples:
+        raise ValueError(f"{config.dataset!r} has {examples} training examples: `val_examples` "
+                         f"+ `batch_size` must not exceed that. Received: "
+                         f"val_examples={config.val_examples}, batch_size={config.batch_size}")
+    train_split, val_split = data.train_val_splits(config.val_examples)
+    config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or (
+        examples - config.val_examples) // config.batch_size)
+    saved = {"model": model, **dataclasses.asdict(config), "family": info.family,
+             "classes": info.classes, "replicas": strat.num_replicas_in_sync,
+             "versions": _versions()}
     # Non-chief workers write everything into a private temp dir (removed at the end); the
     # chief holds the run dir's lock while it trains (workers of one run share the dir).
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
     with run_lock(output) if chief else contextlib.nullcontext():
-        config = _resume_config(output, config)
-        _write_config(run_dir, config)
+        saved = _resume_config(output, saved)
+        rundir.write_config(run_dir, saved)
         try:
-            return _fit(spec, model, overrides, config, strat, run_dir, output, chief,
-                        train_split, val_split, seed, verbose)
+            return _fit(spec, model, config, strat, run_dir, output, chief,
+                        train_split, val_split, verbose)
         except TrainingDiverged as error:
-            _write_config(run_dir, {**config, "diverged_at_step": error.step})
+            rundir.write_config(run_dir, {**saved, "diverged_at_step": error.step})
             raise
         finally:
             if not chief:
                 shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _write_config(run_dir: str, config: dict) -> None:
-    run_callbacks.atomic_write_text(os.path.join(run_dir, "config.json"),
-                                    json.dumps(config, indent=2, default=list) + "\n")
 
 
 def default_warmup_steps(steps: int, family: str) -> int:
@@ -208,21 +163,11 @@ def default_warmup_steps(steps: int, family: str) -> int:
     return round(steps * CIFAR_WARMUP_SHARE) if family == "cifar" else 0
 
 
-def build_and_compile(
-    model: str,
-    schedule,
-    *,
-    overrides: dict | None = None,
-    stages: str = "layers",
-    recompute: bool = False,
-    momentum: float = 0.9,
-    nesterov: bool = False,
-    weight_decay: float = 1e-4,
-    mixed_precision: str = "off",
-    jit_compile: bool = False,
-    steps_per_execution: int = 1,
-):
-    """The network `train` fits, compiled as `train` compiles it (call in a strategy scope).
+def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *,
+                      steps_per_execution: int = 1, **fields):
+    """The network `train` fits, compiled as `train` compiles it (call in a strategy scope):
+    `config` (a `TrainConfig`, or its fields as keywords) gives the overrides, the form
+    (`stages`, `recompute`), the optimizer's settings, `mixed_precision` and `jit_compile`.
 
     `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
     stage's identical units as one loop (`keras_preact.scan`: much faster start-up and
@@ -240,55 +185,50 @@ def build_and_compile(
     import keras_preact
     from keras_preact import scan
 
-    _check_compile_options(model, stages, recompute, mixed_precision)
+    config = dataclasses.replace(config or TrainConfig(), **fields)
+    stages = resolve_stages(config.stages, keras_preact.resolve(model, **config.overrides))
+    _check_recompute(model, stages, config.recompute)
     previous_policy = keras.config.dtype_policy()
-    if MIXED_PRECISION[mixed_precision]:
-        keras.config.set_dtype_policy(MIXED_PRECISION[mixed_precision])
+    if MIXED_PRECISION[config.mixed_precision]:
+        keras.config.set_dtype_policy(MIXED_PRECISION[config.mixed_precision])
     try:
-        net = keras_preact.build(model, stages=stages, **(overrides or {}))
+        net = keras_preact.build(model, stages=stages, **config.overrides)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    scan.set_options(net, recompute=recompute)
+    scan.set_options(net, recompute=config.recompute)
     net.compile(
-        optimizer=SGDWithL2(schedule, momentum=momentum, nesterov=nesterov, l2=weight_decay),
-        loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=outputs_logits(net)),
+        optimizer=SGDWithL2(schedule, momentum=config.momentum, nesterov=config.nesterov,
+                            l2=config.weight_decay),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(net)),
         metrics=["accuracy"],
-        jit_compile=jit_compile,
+        jit_compile=config.jit_compile,
         steps_per_execution=steps_per_execution,
     )
     return net
 
 
-def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
-         train_split, val_split, seed, verbose):
+def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, val_split,
+         verbose):
     import keras
 
-    import keras_preact
-
-    steps, spe = config["steps"], config["steps_per_epoch"]
+    steps, spe = config.steps, config.steps_per_epoch
     image_size = spec.input_shape[0] if spec.family == "imagenet" else None
-    train_ds = data.train_dataset(config["dataset"], train_split, config["batch_size"],
-                                  config["data_dir"], image_size=image_size, seed=seed)
+    train_ds = data.train_dataset(config.dataset, train_split, config.batch_size,
+                                  config.data_dir, image_size=image_size, seed=config.seed)
     val_ds = None
     if val_split:
-        val_ds = data.eval_dataset(config["dataset"], val_split, config["batch_size"],
-                                   config["data_dir"], image_size=image_size,
+        val_ds = data.eval_dataset(config.dataset, val_split, config.batch_size,
+                                   config.data_dir, image_size=image_size,
                                    cache=spec.family == "cifar")
     schedule = paper_schedule(
-        steps, config["lr"], config["warmup_steps"], config["warmup_lr"],
+        steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
     )
     with strat.scope():
-        net = build_and_compile(
-            model_name, schedule, overrides=overrides, stages=config["stages"],
-            recompute=config["recompute"], momentum=config["momentum"],
-            nesterov=config["nesterov"], weight_decay=config["weight_decay"],
-            mixed_precision=config["mixed_precision"], jit_compile=config["jit_compile"],
-        )
+        net = build_and_compile(model_name, schedule, config)
 
     # Every worker resumes from the chief's backup; fit continues the epoch it was in.
-    backup_dir = os.path.join(output, "backup")
+    backup_dir = os.path.join(output, rundir.BACKUP)
     with strat.scope():
         resumed = run_callbacks.restore_backup(net, backup_dir)
     epochs = math.ceil(steps / spe)
@@ -296,11 +236,12 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})",
               flush=True)
     guard = run_callbacks.TrainingGuard(steps)
-    backup = run_callbacks.RunBackup(backup_dir, every=config["backup_every"],
+    backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
-    callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, "logs"))]
+    callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
     if chief:
-        callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, "metrics.csv"), schedule))
+        callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
+                                                  schedule))
     if verbose:
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
     # The datasets shuffle themselves (fit would only warn that it cannot).
@@ -314,12 +255,11 @@ def _fit(spec, model_name, overrides, config, strat, run_dir, output, chief,
         raise TrainingDiverged(
             f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept}. "
             f"Rerun with a lower --lr (or a longer --warmup-steps) to resume from it; "
-            f"config.json records the change.", guard.nan_step,
+            f"{rundir.CONFIG} records the change.", guard.nan_step,
         )
     # The chief writes model.keras atomically; other workers save into their temp dir.
-    tmp = os.path.join(run_dir, ".tmp-model.keras")
-    shareable(net).save(tmp)
-    os.replace(tmp, os.path.join(run_dir, "model.keras"))
+    with atomic_path(os.path.join(run_dir, rundir.MODEL)) as tmp:
+        shareable(net).save(tmp)
     if chief:
         shutil.rmtree(backup_dir, ignore_errors=True)
     return net
@@ -340,11 +280,7 @@ def shareable(model):
     return twin
 
 
-def _check_compile_options(model: str, stages: str, recompute: bool,
-                           mixed_precision: str) -> None:
-    if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"Unknown mixed_precision {mixed_precision!r}. "
-                         f"Valid: {list(MIXED_PRECISION)}.")
+def _check_recompute(model: str, stages: str, recompute: bool) -> None:
     if recompute and stages != "scan":
         raise ValueError(f"`recompute` needs stages='scan' (full pre-activation nets). "
                          f"Received: model={model!r}, stages={stages!r}, recompute=True")
@@ -352,29 +288,22 @@ def _check_compile_options(model: str, stages: str, recompute: bool,
 
 def _saved_config(output: str) -> dict:
     """The config.json of an earlier run in `output`, or {}."""
-    path = os.path.join(output, "config.json")
-    if not os.path.exists(path):
+    if not os.path.exists(os.path.join(output, rundir.CONFIG)):
         return {}
     try:
-        with open(path) as f:
-            config = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        config = error
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} is not a keras-preact run config ({config}). Move it away to "
-                         "start over, or choose another --output.")
-    return config
+        return rundir.read_config(output)
+    except ValueError as error:
+        raise ValueError(f"{error} Move it away to start over, or choose another --output.") \
+            from None
 
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     """The form `train` builds: `"auto"` is the form of an earlier run in `output` (so it
-    resumes), else "scan" for the nets it runs (preact-1001: first step 20x sooner, 40 % of
-    the memory; benchmarks/README.md), else "layers"."""
+    resumes), else "scan" for the nets it runs (a much faster start and less memory;
+    benchmarks/README.md), else "layers"."""
     from keras_preact import scan
 
-    valid = ("auto", *scan.STAGES)
-    if stages not in valid:
-        raise ValueError(f"Unknown stages {stages!r}. Valid: {list(valid)}.")
+    check_choice("stages", stages, STAGES)
     if stages == "auto":
         return (output and _saved_config(output).get("stages")) or (
             "scan" if scan.scannable(spec) else "layers")
@@ -386,10 +315,11 @@ def resolve_stages(stages: str, spec, output: str | None = None) -> str:
 def _resume_config(output: str, config: dict) -> dict:
     """The config a run in `output` continues with: `config`, checked against the run it
     resumes. Only a run with a backup has something to resume (a start that failed before
-    its first backup is simply replaced); it resumes with the same recipe, except that a
-    diverged run may change `DIVERGED_MAY_CHANGE`, recorded under "changes"."""
+    its first backup is simply replaced); it resumes with the same recipe (`RESUME_KEYS`),
+    except that a diverged run may change `DIVERGED_MAY_CHANGE`, recorded under "changes"."""
     before = _saved_config(output)
-    if not before or not os.path.exists(os.path.join(output, "backup", run_callbacks.BACKUP_FILE)):
+    if not before or not os.path.exists(os.path.join(output, rundir.BACKUP,
+                                                     rundir.BACKUP_FILE)):
         return config
     changed = {k: (before.get(k), config[k]) for k in RESUME_KEYS
                if json.loads(json.dumps(before.get(k))) != json.loads(json.dumps(config[k]))}
@@ -453,18 +383,6 @@ def _versions() -> dict:
             "python": platform.python_version()}
 
 
-def load_trained(model_or_path):
-    """A `keras.Model` from itself, a `.keras` file, or a RUN_DIR holding `model.keras`
-    (uncompiled; full pre-activation nets in their scanned form, which loads much faster)."""
-    import keras
-
-    from keras_preact.api import load_for_inference
-
-    if isinstance(model_or_path, keras.Model):
-        return model_or_path
-    return load_for_inference(os.fspath(model_or_path))
-
-
 def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
              data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split.
@@ -479,39 +397,25 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = Non
     {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000}
     """
     import keras
-    import tensorflow as tf
 
-    from keras_preact import preprocessing
+    from keras_preact.api import load_for_inference
 
     info = data.dataset_info(dataset)
     split = split or info.eval_split
-    _check_positive(batch_size=batch_size)
-    model = load_trained(model_or_path)  # a wrong path fails before the data is touched
-    data.check_split(dataset, split, data_dir, download)
-    family = preprocessing.family_of(model)
+    check_positive(batch_size=batch_size)
+    model = load_for_inference(model_or_path)  # a wrong path fails before the data is touched
+    examples = data.check_split(dataset, split, data_dir, download)
+    family = family_of(model)
     if family != info.family or model.output_shape[-1] != info.classes:
         raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
                          f"{info.classes} outputs. Received: a {family} model with "
                          f"{model.output_shape[-1]} outputs.")
     size = model.input_shape[1] if family == "imagenet" else None
     ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size)
-    from_logits = outputs_logits(model)
-
-    @tf.function
-    def batch_totals(images, labels):
-        outputs = tf.cast(model(images, training=False), tf.float32)
-        losses = tf.keras.losses.sparse_categorical_crossentropy(
-            labels, outputs, from_logits=from_logits)
-        correct = tf.equal(tf.argmax(outputs, -1), tf.cast(labels, tf.int64))
-        return tf.reduce_sum(losses), tf.reduce_sum(tf.cast(correct, tf.float32))
-
-    total_loss = total_correct = 0.0
-    examples = 0
-    for images, labels in ds:
-        loss, correct = batch_totals(images, labels)
-        total_loss += float(loss)
-        total_correct += float(correct)
-        examples += int(labels.shape[0])
-    accuracy = total_correct / max(examples, 1)
-    return {"accuracy": accuracy, "error": 100.0 * (1.0 - accuracy),
-            "loss": total_loss / max(examples, 1), "examples": examples}
+    # A twin on the same layers is compiled, so that the caller's model keeps its own.
+    twin = keras.Model(model.inputs, model.outputs)
+    twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=outputs_logits(model)), metrics=["accuracy"], jit_compile=False)
+    result = twin.evaluate(ds, verbose=0, return_dict=True)
+    return {"accuracy": result["accuracy"], "error": 100.0 * (1.0 - result["accuracy"]),
+            "loss": result["loss"], "examples": examples}

@@ -1,0 +1,54 @@
+"""The run directory `keras-preact train --output RUN_DIR` writes, and reading it back.
+
+RUN_DIR holds `CONFIG` (the recipe, written at the start), `METRICS` (one row per epoch,
+`METRICS_COLUMNS`), `LOGS` (TensorBoard), `BACKUP` (while training: the newest backup, the one
+before it and their step) and, only once training finished, `MODEL`. Files are replaced
+atomically (`keras_preact.files`), so a crash never leaves a half-written one.
+
+Example:
+>>> import tempfile
+>>> run_dir = tempfile.mkdtemp()
+>>> write_config(run_dir, {"model": "preact-20", "steps": 100})
+>>> read_config(run_dir)["steps"]
+100
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from keras_preact.files import atomic_write
+
+CONFIG = "config.json"
+METRICS = "metrics.csv"
+MODEL = "model.keras"
+LOGS = "logs"
+BACKUP = "backup"
+# In BACKUP: the newest backup and the one before it (kept in case the newest is damaged,
+# e.g. by a full disk), each with the optimizer state, and the step and epoch of the newest.
+BACKUP_FILE = "latest.weights.h5"
+PREVIOUS_FILE = "previous.weights.h5"
+BACKUP_METADATA = "training_metadata.json"
+# `step` = optimizer iterations at the epoch end, `lr` = the rate of the epoch's last step.
+METRICS_COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
+
+
+def read_config(run_dir: str | os.PathLike) -> dict:
+    """The `CONFIG` of `run_dir` as a dict. FileNotFoundError when there is none; a one-line
+    ValueError naming the file when it is not a JSON object."""
+    config_path = os.path.join(run_dir, CONFIG)
+    try:
+        with open(config_path) as f:
+            config = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        config = error
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path} is not a keras-preact run config ({config}).")
+    return config
+
+
+def write_config(run_dir: str | os.PathLike, config: dict) -> None:
+    """Writes `config` as `run_dir/CONFIG`, atomically."""
+    text = json.dumps(config, indent=2, default=list) + "\n"
+    atomic_write(os.path.join(run_dir, CONFIG), lambda f: f.write(text))

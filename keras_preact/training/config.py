@@ -1,0 +1,202 @@
+"""The training recipe as one object, `TrainConfig`: `train`'s keywords, the flags of
+`keras-preact train` (`add_arguments`), RUN_DIR/config.json and the resume check come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import typing
+from collections.abc import Sequence
+
+from keras_preact import specs
+from keras_preact.training.data import DATASETS
+from keras_preact.training.distribute import STRATEGIES
+
+# The Keras dtype policy of each `mixed_precision` choice.
+MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+# "auto" (scan where it applies) and the forms a network is built in.
+STAGES = ("auto", *specs.STAGES)
+# How a field takes part in resuming a run (`field(resume=...)`); fields without are free to
+# change (e.g. the strategy: a run may move from one GPU to several machines).
+KEEP = "keep"  # a rerun in the same RUN_DIR must keep it to resume
+RETUNE = "retune"  # the same, except after a divergence (its error advises changing them)
+
+
+def field(default, help: str, *, resume: str | None = None, choices: tuple | None = None,
+          flag: str | None = None, metavar: str | None = None):
+    """A `TrainConfig` field: its default (a callable: a default factory), --help text
+    (`%(default)s` allowed), `resume` (KEEP, RETUNE or None), valid `choices` and, where
+    the usual ones do not fit, its `flag` (else `--name-with-dashes`) and `metavar`."""
+    metadata = {"help": help, "resume": resume, "choices": choices, "flag": flag,
+                "metavar": metavar}
+    if callable(default):
+        return dataclasses.field(default_factory=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The paper's training recipe (defaults: CIFAR, 64k iterations of batch 128), checked
+    when made; `train(model, config)` runs it, `dataclasses.replace` varies it. Each field's
+    meaning is its `help` (shown by `keras-preact train --help`).
+
+    Example:
+    >>> config = TrainConfig(steps=100, batch_size=32, overrides={"depth": 8})
+    >>> config.lr, config.steps, config.stages
+    (0.1, 100, 'auto')
+    >>> dataclasses.replace(config, lr=0.05).lr
+    0.05
+    >>> TrainConfig(steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `steps` must be a positive integer. Received: steps=0
+    """
+
+    overrides: dict = field(
+        dict, 'build() override, JSON value, e.g. --override depth=8 --override '
+        'unit=\\"original\\" (repeatable)', resume=KEEP, flag="--override", metavar="FIELD=VALUE")
+    dataset: str = field("cifar10", "TFDS dataset (default %(default)s)", resume=KEEP,
+                         choices=tuple(DATASETS))
+    data_dir: str | None = field(None, "TFDS data_dir")
+    steps: int = field(64000, "total iterations (default %(default)s)", resume=KEEP)
+    batch_size: int = field(128, "global batch, split across replicas; scale --lr with it "
+                            "(default %(default)s)", resume=KEEP)
+    lr: float = field(0.1, "base learning rate (default %(default)s), divided by 10 at 50%% "
+                      "and 75%% of --steps (ImageNet: 1/3 and 2/3)", resume=RETUNE)
+    warmup_steps: int | None = field(
+        None, "iterations at --warmup-lr first (default on CIFAR: the paper's 400 of 64000, "
+        "scaled with --steps, e.g. 1 for --steps 100; 0 on ImageNet)", resume=RETUNE)
+    warmup_lr: float = field(0.01, "learning rate of the warm-up (default %(default)s)",
+                             resume=RETUNE)
+    nesterov: bool = field(False, "Nesterov momentum", resume=KEEP)
+    momentum: float = field(0.9, "SGD momentum (default %(default)s)", resume=KEEP)
+    weight_decay: float = field(1e-4, "gradient += wd * w, on every parameter "
+                                "(default %(default)s)", resume=KEEP)
+    val_examples: int = field(5000, "validation slice carved from the end of train (0: none; "
+                              "default %(default)s)", resume=KEEP)
+    steps_per_epoch: int | None = field(
+        None, "iterations per epoch (default: training examples // batch size)", resume=KEEP)
+    strategy: str = field("auto", "tf.distribute strategy (default %(default)s)",
+                          choices=STRATEGIES)
+    mixed_precision: str = field("off", "compute dtype (default %(default)s)", resume=KEEP,
+                                 choices=tuple(MIXED_PRECISION))
+    jit_compile: bool = field(False, "compile steps with XLA")
+    stages: str = field(
+        "auto", "scan: run each stage's identical units as one loop (full pre-activation nets; "
+        "a much faster start and less memory, benchmarks/README.md); auto (default): scan "
+        "where it applies, else layers (or the form of the run it resumes)", resume=KEEP,
+        choices=STAGES)
+    recompute: bool = field(False, "scanned stages: recompute whole units in the backward "
+                            "pass (less memory, more time; benchmarks/README.md)")
+    backup_every: int = field(1000, "back up every N iterations, and at each epoch end "
+                              "(default %(default)s)")
+    seed: int | None = field(None, "shuffle seed")
+
+    def __post_init__(self):
+        object.__setattr__(self, "overrides", dict(self.overrides or {}))
+        for f in dataclasses.fields(self):
+            if f.metadata["choices"]:
+                check_choice(f.name, getattr(self, f.name), f.metadata["choices"])
+        check_positive(steps=self.steps, batch_size=self.batch_size,
+                       backup_every=self.backup_every)
+        if self.steps_per_epoch is not None:
+            check_positive(steps_per_epoch=self.steps_per_epoch)
+        if not (isinstance(self.val_examples, int) and self.val_examples >= 0):
+            raise ValueError(f"`val_examples` must be an integer >= 0. "
+                             f"Received: val_examples={self.val_examples!r}")
+        warmup = self.warmup_steps
+        if warmup is not None and not (isinstance(warmup, int) and 0 <= warmup < self.steps):
+            raise ValueError(f"`warmup_steps` must be an integer in [0, steps={self.steps}). "
+                             f"Received: warmup_steps={warmup!r}")
+        lr, warmup_lr, decay, momentum = self.lr, self.warmup_lr, self.weight_decay, self.momentum
+        if not (all(math.isfinite(r) for r in (lr, warmup_lr, decay, momentum)) and lr > 0
+                and warmup_lr > 0 and decay >= 0 and 0 <= momentum < 1):
+            raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= "
+                             f"momentum < 1. Received: lr={lr}, warmup_lr={warmup_lr}, "
+                             f"weight_decay={decay}, momentum={momentum}")
+
+
+def _names(*kinds: str | None) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resume"] in kinds)
+
+
+# config.json entries a rerun in the same RUN_DIR must keep to resume; after a divergence,
+# DIVERGED_MAY_CHANGE may change (recorded under "changes").
+RESUME_KEYS = ("model", *_names(KEEP, RETUNE))
+DIVERGED_MAY_CHANGE = _names(RETUNE)
+
+
+def check_positive(**values) -> None:
+    """Raises a one-line ValueError unless every value is an int >= 1.
+
+    Example:
+    >>> check_positive(steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `steps` must be a positive integer. Received: steps=0
+    """
+    for name, value in values.items():
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """Raises a one-line ValueError unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"Unknown {name} {value!r}. Valid: {list(choices)}.")
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None = None,
+                  **defaults) -> None:
+    """Adds a flag per `TrainConfig` field (or per field in `names`) to `parser`: `--lr` for
+    `lr`, with the field's help, default (or `defaults[name]`) and choices (shown; checked
+    by `TrainConfig`, one-line errors); booleans are switches; `overrides` is a repeatable
+    `--override FIELD=VALUE` (a list of strings, for `parse_overrides`).
+
+    Example:
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser, ["batch_size", "nesterov"], batch_size=64)
+    >>> parser.parse_args(["--nesterov"])
+    Namespace(batch_size=64, nesterov=True)
+    """
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        if names is not None and f.name not in names:
+            continue
+        kind = next(t for t in typing.get_args(hints[f.name]) or [hints[f.name]]
+                    if t is not type(None))
+        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+        options = {"dest": f.name, "help": f.metadata["help"]}
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", **options)
+            continue
+        choices = f.metadata["choices"]
+        options["metavar"] = f.metadata["metavar"] or (choices and "{" + ",".join(choices) + "}")
+        if kind is dict:
+            parser.add_argument(flag, action="append", default=[], **options)
+        else:
+            parser.add_argument(flag, type=kind, default=defaults.get(f.name, f.default),
+                                **options)
+
+def parse_overrides(items: list[str]) -> dict:
+    """`["depth=8", "unit=original"]` -> `{"depth": 8, "unit": "original"}` (JSON values,
+    bare strings allowed; lists become tuples, as spec fields expect).
+
+    Example:
+    >>> parse_overrides(["depth=8", "unit=original", "units=[3,3,3]"])
+    {'depth': 8, 'unit': 'original', 'units': (3, 3, 3)}
+    """
+    overrides = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--override expects FIELD=VALUE. Received: {item!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        overrides[name] = tuple(value) if isinstance(value, list) else value
+    return overrides
