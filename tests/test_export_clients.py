@@ -15,7 +15,9 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
+from keras_preact import pretrained
 from keras_preact.export import export_saved_model
+from keras_preact.labels import class_names
 
 KIT = pathlib.Path(__file__).resolve().parents[1] / "export"
 
@@ -28,14 +30,22 @@ def load_kit_module(name: str):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    path = export_saved_model(
-        keras_preact.build("preact-20", depth=8), tmp_path_factory.mktemp("kit"), name="m"
-    )
-    images = np.random.default_rng(1).integers(0, 256, (2, 40, 36, 3), dtype=np.uint8)
+def served(tmp_path_factory, cifar10_data_dir):
+    """The published preact-20 exported, and real images its training run held out."""
+    import tensorflow_datasets as tfds
+
+    path = export_saved_model(keras_preact.build("preact-20", weights="cifar10"),
+                              tmp_path_factory.mktemp("kit"), name="m")
+    images, labels = tfds.as_numpy(tfds.load(
+        "cifar10", split=pretrained.released("preact-20")["cifar10"].val_split,
+        data_dir=cifar10_data_dir, download=False, as_supervised=True, batch_size=-1))
+    images, labels = images[:2], labels[:2]
     encoded = [tf.io.encode_png(image).numpy() for image in images]
     signatures = tf.saved_model.load(path).signatures
     reference = signatures["serving_default"](images=tf.constant(images))
+    # the served network gets these right: each request below must return the same
+    truth = [class_names(10)[label].encode() for label in labels]
+    assert reference["labels"][:, 0].numpy().tolist() == truth
     return signatures, images, encoded, reference
 
 

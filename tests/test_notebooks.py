@@ -51,16 +51,21 @@ from keras_preact.plotting import read_metrics
 m = read_metrics(RUN_DIR)
 print(json.dumps({"params": model.count_params(), "steps": m["step"].tolist(),
                   "val_accuracy": m["val_accuracy"].tolist(),
+                  "held_out": [held_out_accuracy, len(labels), record.val_accuracy],
+                  "label": names[label],
                   "labels": [s.decode() for s in outputs["labels"][0].numpy()],
                   "scores": outputs["scores"][0].numpy().tolist(),
-                  "keras_top5": np.argsort(trained.predict(
-                      keras_preact.preprocessing.preprocess_input(image[None]), verbose=0)[0])[::-1][:5].tolist(),
+                  "keras_top5": np.argsort(net.predict(preprocess_input(image[None]),
+                                                       verbose=0)[0])[::-1][:5].tolist(),
                   "served_top5": outputs["classes"][0].numpy().tolist()}))"""
     nb, got = execute("quickstart.ipynb", check, small_settings)
     assert 10.3e6 < got["params"] < 10.6e6  # preact-1001, incl. BN moving statistics
     assert got["steps"] == [2.0 * k for k in range(1, 11)]  # 20 steps, logged every 2
     assert all(0.0 <= a <= 1.0 for a in got["val_accuracy"])
+    accuracy, examples, recorded = got["held_out"]  # the published preact-20, not the short run
+    assert examples == 5000 and accuracy == pytest.approx(recorded, abs=0.003)
     assert len(got["labels"]) == 5 and len(set(got["labels"])) == 5
+    assert got["labels"][0] == got["label"]  # the served network classifies it right
     assert got["scores"] == sorted(got["scores"], reverse=True) and sum(got["scores"]) <= 1.0001
     assert got["served_top5"] == got["keras_top5"]  # the SavedModel serves the trained model
     assert shown_images(nb) == 2  # training curves, prediction next to the image

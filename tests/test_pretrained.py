@@ -23,7 +23,7 @@ def weights_h5(tmp_path_factory):
 
 
 def record_for(path, **changes):
-    fields = dict(model="preact-20", tag="test", file=os.path.basename(path),
+    fields = dict(model="preact-20", tag="test", dataset="cifar10", file=os.path.basename(path),
                   sha256=pretrained.sha256_of(path), val_accuracy=0.9123,
                   val_split="train[45000:]", command="keras-preact train preact-20 ...",
                   iterations=64000, precision="float32", wall_time_h=4.0, machine="2 vCPU",

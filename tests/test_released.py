@@ -1,0 +1,90 @@
+"""Every published tag: its file is the one recorded, it reaches its recorded accuracy on
+the held-out slice of real CIFAR-10, and the SavedModel made from it serves that accuracy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import keras_preact
+from keras_preact import applications, cli, pretrained
+from keras_preact.preprocessing import preprocess_input
+from keras_preact.training import evaluate
+
+RECORDS = pretrained.all_records()
+IDS = [f"{r.model}:{r.tag}" for r in RECORDS]
+
+
+def test_the_paper_nets_are_published():
+    assert {("preact-20", "cifar10")} <= {(r.model, r.tag) for r in RECORDS}
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_record_is_complete_and_shipped_file_matches_its_hash(record):
+    assert record.url is None  # small files ship in the package
+    path = pretrained.weights_file(record.model, record.tag)
+    assert pretrained.sha256_of(path) == record.sha256
+    assert record.command.startswith(f"keras-preact train {record.model} ")
+    assert f"--steps {record.iterations}" in record.command
+    assert 0.0 < record.val_accuracy <= 1.0 and record.wall_time_h > 0
+
+
+@pytest.fixture(scope="module")
+def held_out(cifar10_data_dir):
+    """{val_split: (uint8 images, labels)} for the slices the records were measured on."""
+    cache = {}
+
+    def load(record):
+        if record.val_split not in cache:
+            cache[record.val_split] = tfds.as_numpy(tfds.load(
+                record.dataset, split=record.val_split, data_dir=cifar10_data_dir,
+                download=False, as_supervised=True, batch_size=-1))
+        return cache[record.val_split]
+
+    return load
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_accuracy_reproduces_the_record_and_is_served(record, held_out, cifar10_data_dir,
+                                                      tmp_path):
+    model = keras_preact.build(record.model, weights=record.tag)
+    measured = evaluate(model, dataset=record.dataset, split=record.val_split,
+                        data_dir=cifar10_data_dir, download=False)
+    assert measured["accuracy"] == pytest.approx(record.val_accuracy, abs=0.003)
+
+    images, labels = held_out(record)
+    keras_top = np.argmax(model.predict(preprocess_input(images), batch_size=500, verbose=0), -1)
+    # exported the way the deployment kit says: keras-preact export NAME --weights TAG
+    assert cli.main(["export", record.model, "--weights", record.tag, "--base", str(tmp_path)]) == 0
+    served = tf.saved_model.load(str(tmp_path / record.model / "1"))
+    serve = served.signatures["serving_default"]
+    served_top = np.concatenate([serve(images=tf.constant(images[i:i + 500]))["classes"][:, 0]
+                                 for i in range(0, len(images), 500)])
+    assert np.mean(keras_top == labels) == pytest.approx(measured["accuracy"], abs=1e-4)
+    # float32 round-off may flip a near-tie, nothing more
+    assert np.mean(served_top == keras_top) >= 0.999
+    assert np.mean(served_top == labels) == pytest.approx(measured["accuracy"], abs=0.001)
+
+
+def test_constructor_loads_the_published_tag():
+    record = pretrained.released("preact-20")["cifar10"]
+    model = applications.PreActResNet20(weights="cifar10")
+    reference = keras_preact.build("preact-20", weights="cifar10")
+    x = preprocess_input(np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)))
+    np.testing.assert_allclose(model(x), reference(x), atol=1e-6)
+    assert record.file == "preact-20-cifar10.weights.h5"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "preact-20"], "'preact-20' is a registered name: add --weights TAG|FILE"),
+    (["export", "preact-20", "--weights", "imagenet", "--base", "b"],
+     "Unknown weights 'imagenet' for 'preact-20'. Valid: None, a path to a '.weights.h5' file, "
+     "or a published tag: ['cifar10']"),
+    (["evaluate", "run.keras", "--weights", "cifar10"],
+     "--weights goes with a registered model name (a run dir or .keras file holds its own "
+     "weights). Received: 'run.keras' --weights 'cifar10'"),
+])
+def test_the_cli_names_what_goes_with_weights(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keras-preact {argv[0]}: error: {message}") and err.count("\n") == 1

@@ -1,0 +1,59 @@
+"""Maintainers: turn a finished `keras-preact train` run into published weights.
+
+    python tools/release_weights.py RUN_DIR --tag cifar10 --data-dir DIR \
+        --command "keras-preact train ..." --wall-time-h 4.2 --machine "..." [--note "..."]
+
+Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (whatever
+form the run trained in), measures its accuracy on the run's validation slice with
+`keras_preact.training.evaluate`, and prints the `pretrained.register(...)` call to paste at
+the bottom of keras_preact/pretrained.py. The figures come from the run's own files
+(config.json) and this evaluation, never typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import keras_preact
+from keras_preact import pretrained, scan
+from keras_preact.training import data, evaluate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir")
+    p.add_argument("--tag", required=True)
+    p.add_argument("--data-dir", help="TFDS data dir holding the run's dataset")
+    p.add_argument("--command", required=True, help="the exact train command that made the run")
+    p.add_argument("--wall-time-h", type=float, required=True)
+    p.add_argument("--machine", required=True)
+    p.add_argument("--note", default="")
+    args = p.parse_args()
+
+    with open(os.path.join(args.run_dir, "config.json")) as f:
+        config = json.load(f)
+    model = keras_preact.load_model(args.run_dir, compile=False)
+    if scan.is_scanned(model):
+        model = scan.to_layered(model)
+    file = f"{config['model']}-{args.tag}.weights.h5"
+    path = os.path.join(pretrained.PACKAGE_DIR, file)
+    os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
+    model.save_weights(path)
+    _, val_split = data.train_val_splits(config["val_examples"])
+    result = evaluate(model, dataset=config["dataset"], split=val_split,
+                      data_dir=args.data_dir, download=False)
+    precision = "float32" if config["mixed_precision"] == "off" else config["mixed_precision"]
+    record = pretrained.WeightsRecord(
+        model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
+        sha256=pretrained.sha256_of(path),
+        val_accuracy=round(result["accuracy"], 4), val_split=val_split, command=args.command,
+        iterations=config["steps"], precision=precision, wall_time_h=args.wall_time_h,
+        machine=args.machine, keras_preact_version=config["versions"]["keras_preact"],
+        note=args.note)
+    print(f"register({record!r})")
+
+
+if __name__ == "__main__":
+    main()
