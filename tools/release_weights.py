@@ -3,11 +3,11 @@
     python tools/release_weights.py RUN_DIR --tag cifar10 --data-dir DIR \
         --command "keras-preact train ..." --wall-time-h 4.2 --machine "..." [--note "..."]
 
-Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (whatever
-form the run trained in), measures its accuracy on the run's validation slice with
-`keras_preact.training.evaluate`, and prints the `pretrained.register(...)` call to paste at
-the bottom of keras_preact/pretrained.py. The figures come from the run's own files
-(config.json) and this evaluation, never typed by hand.
+Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
+RUN_DIR/model.keras, whatever form the run trained in), measures its accuracy on the run's
+validation slice with `keras_preact.training.evaluate`, and prints the
+`pretrained.register(...)` call to paste at the bottom of keras_preact/pretrained.py. The
+figures come from the run's own files (config.json) and this evaluation, never typed by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import json
 import os
 
 import keras_preact
-from keras_preact import pretrained, scan
+from keras_preact import pretrained
 from keras_preact.training import data, evaluate
 
 
@@ -34,9 +34,8 @@ def main() -> None:
 
     with open(os.path.join(args.run_dir, "config.json")) as f:
         config = json.load(f)
+    # RUN_DIR/model.keras is the plain layer graph whatever form trained (trainer.shareable).
     model = keras_preact.load_model(args.run_dir, compile=False)
-    if scan.is_scanned(model):
-        model = scan.to_layered(model)
     file = f"{config['model']}-{args.tag}.weights.h5"
     path = os.path.join(pretrained.PACKAGE_DIR, file)
     os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
