@@ -76,7 +76,7 @@ class PreActResNet(nn.Module):
                 c = width * EXPANSION[spec.block]
         self.features = nn.Sequential(*stem, *units, *_bn_relu(c))
         self.classifier = nn.Linear(c, spec.classes)
-        for m in self.modules():  # the Keras initializers (blocks.CONV_INIT: He, fan-out)
+        for m in self.modules():  # the Keras initializers (blocks.conv_init: He, fan-out)
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         nn.init.zeros_(self.classifier.bias)  # as the Keras Dense (and the references)

@@ -16,9 +16,20 @@ from keras_preact.specs import EXPANSION, ResNetSpec
 # Torch's BN: running averages with momentum 0.1 (Keras' 0.9), eps 1e-5.
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
-CONV_INIT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
-# Torch nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the references zero the bias.
-DENSE_INIT = keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+# One initializer per layer: a Keras initializer without a seed draws one at construction
+# and reuses it, so a shared instance would give every same-shaped kernel the same values.
+# Built at layer construction, the seeds follow `keras.utils.set_random_seed`.
+def conv_init() -> keras.initializers.Initializer:
+    return keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+
+
+def dense_init() -> keras.initializers.Initializer:
+    """Torch nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the references zero
+    the bias."""
+    return keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
+
 
 # Fig. 4: the ops before the first conv (`pre`), between convs (`mid`), at the end of the
 # residual branch (`end`) and after the addition (`post`).
@@ -38,7 +49,7 @@ def conv(x, filters: int, kernel: int, name: str, strides: int = 1):
         strides=strides,
         padding="same",
         use_bias=False,
-        kernel_initializer=CONV_INIT,
+        kernel_initializer=conv_init(),
         name=name,
     )(x)
 
@@ -107,7 +118,7 @@ def gate(x, spec: ResNetSpec, prefix: str):
         x.shape[-1],
         1,
         activation="sigmoid",
-        kernel_initializer=CONV_INIT,
+        kernel_initializer=conv_init(),
         bias_initializer=keras.initializers.Constant(spec.gate_bias),
         name=f"{prefix}_gate",
     )(x)

@@ -42,7 +42,7 @@ def head(x, spec: ResNetSpec):
         return keras.layers.Dense(
             spec.classes,
             activation=spec.classifier_activation,
-            kernel_initializer=blocks.DENSE_INIT,
+            kernel_initializer=blocks.dense_init(),
             # Under a mixed precision policy the softmax and the loss stay in float32.
             dtype="float32",
             name="predictions",

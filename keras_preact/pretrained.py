@@ -178,4 +178,6 @@ register(WeightsRecord(
     keras_preact_version="0.1.0",
     note="32k iterations (half the paper's 64k; lr 0.1, 0.01, 0.001 from 0 / 16k / 24k), "
          "trained on train[:45000]; started as a 64k run and shortened before its first lr "
-         "drop (at step 15,444), so its schedule equals a 32k run's; resumed twice from backup"))
+         "drop (at step 15,444), so its schedule equals a 32k run's; resumed twice from backup; "
+         "started from tied kernels (every same-shaped conv had the same draw: a bug fixed "
+         "since), so the command no longer reproduces these exact weights"))

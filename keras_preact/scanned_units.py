@@ -59,12 +59,13 @@ def scanned_units(x, spec: ResNetSpec, width: int, units: int, name: str):
     return ScannedUnits(units, convs, name=name)(x)
 
 
-def _stacked_init(initializer, units: int):
-    """An initializer for `(units, *shape)` that draws each unit's slice like `initializer`
-    draws `shape` (fans are computed per unit, as for the plain layers)."""
+def _stacked_init(make_initializer, units: int):
+    """An initializer for `(units, *shape)` that draws each unit's slice as the plain
+    layer's `make_initializer()` draws `shape`: fans per unit, a fresh seed per unit."""
+    initializers = [make_initializer() for _ in range(units)]
 
     def init(shape, dtype=None):
-        return ops.stack([initializer(shape[1:], dtype=dtype) for _ in range(units)])
+        return ops.stack([initializer(shape[1:], dtype=dtype) for initializer in initializers])
 
     return init
 
@@ -148,7 +149,7 @@ class ScannedUnits(keras.layers.Layer):
                                                 ("moving_variance", ones, False))]
             self.bn_weights.append(bn)
             self.kernels.append(self.add_weight(
-                (n, kernel, kernel, c_in, filters), _stacked_init(blocks.CONV_INIT, n),
+                (n, kernel, kernel, c_in, filters), _stacked_init(blocks.conv_init, n),
                 name=f"conv{k}_kernel"))
             c_in = filters
 

@@ -169,6 +169,25 @@ def test_he_initialization_and_no_conv_bias():
     assert np.abs(keras.ops.convert_to_numpy(dense.kernel)).max() <= 256**-0.5
 
 
+@pytest.mark.parametrize("stages", specs.STAGES)
+def test_every_kernel_is_drawn_independently_from_the_seed(stages):
+    def kernels(seed):
+        keras.utils.set_random_seed(seed)
+        model = keras_preact.build("preact-20", stages=stages)
+        return [keras.ops.convert_to_numpy(w) for w in model.trainable_weights
+                if "kernel" in w.path]
+
+    first = kernels(0)
+    # Each conv (and, scanned, each unit's slice of a stacked kernel) has its own draw:
+    # preact-20 has six 3x3x16x16 kernels (stage 1), all different.
+    slices = [k.reshape(-1, 3, 3, 16, 16) for k in first if k.shape[-2:] == (16, 16)]
+    values = {s.tobytes() for k in slices for s in k}
+    assert len(values) == 6
+    for a, b in zip(first, kernels(0)):
+        np.testing.assert_array_equal(a, b)  # the seed fixes the weights...
+    assert not any(np.array_equal(a, b) for a, b in zip(first, kernels(1)))  # ...and only it
+
+
 @pytest.mark.parametrize(
     "name, unit, first_ops",
     [

@@ -93,7 +93,8 @@ class TrainConfig:
                             "pass (less memory, more time; benchmarks/README.md)")
     backup_every: int = field(1000, "back up every N iterations, and at each epoch end "
                               "(default %(default)s)")
-    seed: int | None = field(None, "shuffle seed")
+    seed: int | None = field(None, "seed of the initial weights and the data order "
+                             "(keras.utils.set_random_seed)")
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", dict(self.overrides or {}))

@@ -224,6 +224,8 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
     )
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)  # the initial weights, before building
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
 
