@@ -1,6 +1,6 @@
 """Query a keras-preact model on TF Serving's gRPC API (port 8500) with tensorflow-serving-api.
 
-    python export/grpc_client.py IMAGE.jpg [--model preact-164] [--host 127.0.0.1:8500]
+    python export/grpc_client.py IMAGE.jpg [--model preact-20] [--host 127.0.0.1:8500]
         [--classify]
 
 Predict on `serving_bytes` (input `image_bytes`: the encoded file), or --classify: the Classify
@@ -39,7 +39,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("image")
-    parser.add_argument("--model", default="preact-164")
+    parser.add_argument("--model", default="preact-20")
     parser.add_argument("--host", default="127.0.0.1:8500")
     parser.add_argument("--classify", action="store_true")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Query a keras-preact model on TF Serving's REST API (port 8501). Standard library + numpy +
 Pillow only: no TensorFlow needed on the client.
 
-    python export/rest_client.py IMAGE.jpg [--model preact-164] [--host http://127.0.0.1:8501]
+    python export/rest_client.py IMAGE.jpg [--model preact-20] [--host http://127.0.0.1:8501]
         [--mode uint8|bytes|classify]
 
 uint8    POST /v1/models/NAME:predict   serving_default, pixels as JSON integers
@@ -51,7 +51,7 @@ def post(url: str, payload: dict, timeout: float = 30.0) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("image")
-    parser.add_argument("--model", default="preact-164")
+    parser.add_argument("--model", default="preact-20")
     parser.add_argument("--host", default="http://127.0.0.1:8501")
     parser.add_argument("--mode", choices=("uint8", "bytes", "classify"), default="bytes")
     args = parser.parse_args()

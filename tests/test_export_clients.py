@@ -100,3 +100,23 @@ def test_grpc_requests(served):
     out = signatures[request.model_spec.signature_name](inputs=tf.constant(examples))
     np.testing.assert_array_equal(out["classes"], reference["labels"])
     np.testing.assert_allclose(out["scores"], reference["scores"], atol=1e-6)
+
+
+def test_the_kit_serves_the_model_its_clients_ask_for():
+    """models.config is a valid ModelServerConfig; the clients' default model, the Kubernetes
+    readiness probe and section 0 of export/README.md all name the model it serves."""
+    import re
+
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = text_format.Parse((KIT / "models.config").read_text(),
+                               model_server_config_pb2.ModelServerConfig())
+    served = {c.name: c.base_path for c in config.model_config_list.config}
+    assert served == {"preact-20": "/models/preact-20"}  # every listed model must exist
+    for client in ("rest_client", "grpc_client"):
+        default = re.search(r'"--model", default="([^"]+)"', (KIT / f"{client}.py").read_text())
+        assert default[1] in served, client
+    probe = re.search(r"/v1/models/([^/]+)/metadata", (KIT / "kubernetes.yaml").read_text())
+    assert probe[1] in served
+    assert "keras-preact export preact-20 --weights cifar10" in (KIT / "README.md").read_text()
