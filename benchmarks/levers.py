@@ -4,6 +4,7 @@
     python benchmarks/levers.py --suite preact-1001     # ~40 min
     python benchmarks/levers.py --suite memory          # preact-1001 batch 128
     python benchmarks/levers.py --suite table           # the README's table, ~11 min
+    python benchmarks/levers.py --suite precision       # float32/bfloat16 vs PyTorch's best
 
 Each row is `benchmarks/train_speed.py` with the listed flags; torch rows run the PyTorch
 eager reference. Results also go, one JSON object per line, to `--output` (appended).
@@ -17,6 +18,8 @@ import os
 import platform
 import subprocess
 import sys
+
+from train_speed import TORCH_CONFIGS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The trainer's default for full pre-activation nets is the scan (`--stages auto`); the
@@ -38,6 +41,11 @@ SUITES = {
     "table": [f"--model {m} --steps {n} {flags}" for m, n in (
         ("preact-164 --batch-size 64", 16), ("preact-1001 --batch-size 32", 6))
         for flags in (PLAIN, "", "--framework torch")],
+    # The trainer's default in float32 and bfloat16 against each PyTorch configuration.
+    "precision": [f"--model {m} --steps {n} {flags}" for m, n in (
+        ("preact-164 --batch-size 64", 16), ("preact-1001 --batch-size 32", 6))
+        for flags in ("", "--mixed-precision bfloat16", *(
+            f"--framework torch --torch-config {c}" for c in TORCH_CONFIGS))],
 }
 
 

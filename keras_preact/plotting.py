@@ -2,7 +2,7 @@
 
 Each run directory holds the trainer's metrics CSV (`keras_preact.rundir`: one row per
 epoch, `step` = optimizer iterations).
-`plot_runs` overlays runs: training loss dashed (left axis), test error solid (right axis),
+`plot_runs` overlays runs: training loss dashed (left axis), validation error solid (right axis),
 one colour per run, and the learning rate below. Figures are drawn on a plain
 `matplotlib.figure.Figure` with the Agg canvas, so no GUI backend and no global pyplot
 state is touched (notebooks still display the returned figure inline).
@@ -82,7 +82,7 @@ def plot_runs(
 ) -> Figure:
     """Overlays the training curves of several runs, Fig. 1/6 style.
 
-    Top panel: training loss (dashed, left axis) and test error % (solid, right axis) vs
+    Top panel: training loss (dashed, left axis) and validation error % (solid, right axis) vs
     iterations, the same colour per run. Bottom panel: learning rate vs iterations.
 
     Args:
@@ -121,14 +121,14 @@ def plot_runs(
         if "val_accuracy" in metrics and not np.all(np.isnan(metrics["val_accuracy"])):
             ax_err.plot(
                 steps, error_percent(metrics["val_accuracy"]), "-", color=colour,
-                label=f"{label} test error",
+                label=f"{label} val error",
             )
         if "lr" in metrics:
             # The lr logged for an epoch held through it: a step plot ending at its step.
             ax_lr.plot(steps, metrics["lr"], "-", color=colour, label=label, drawstyle="steps-pre")
 
     ax_loss.set_ylabel("training loss (dashed)")
-    ax_err.set_ylabel("test error % (solid)")
+    ax_err.set_ylabel("validation error % (solid)")
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("iterations")
     lrs = [m["lr"] for m in runs if "lr" in m]

@@ -1,4 +1,4 @@
-"""Plotting: the figure's lines carry the CSV's numbers, dashed = train loss, solid = test error."""
+"""Plotting: the figure's lines carry the CSV's numbers; dashed = train loss, solid = val error."""
 
 from __future__ import annotations
 
@@ -48,13 +48,13 @@ def test_plot_runs_lines_carry_the_metrics(two_runs, tmp_path):
     np.testing.assert_allclose(loss.get_ydata(), [1.4, 0.9, 0.6])
     assert loss.get_linestyle() == "--"
 
-    error = lines["resnet-110 test error"]
+    error = lines["resnet-110 val error"]
     np.testing.assert_allclose(error.get_ydata(), [50.0, 38.0, 30.0])  # 100 - 100 * val_acc
     assert error.get_linestyle() == "-"
 
     # One colour per run across loss, error and lr; different runs, different colours.
     for run in ("resnet-110", "preact-110"):
-        colours = {lines[f"{run} train loss"].get_color(), lines[f"{run} test error"].get_color(),
+        colours = {lines[f"{run} train loss"].get_color(), lines[f"{run} val error"].get_color(),
                    lines[run].get_color()}
         assert len(colours) == 1
     assert lines["resnet-110"].get_color() != lines["preact-110"].get_color()
