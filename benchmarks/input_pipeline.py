@@ -1,6 +1,9 @@
 """Throughput of the CIFAR training pipeline (images/s), to check it is never the bottleneck.
 
-    python benchmarks/input_pipeline.py [--data-dir ../shared/tensorflow_datasets] [--batches 300]
+    python benchmarks/input_pipeline.py [--data-dir DIR] [--batches 300]
+
+DIR holds CIFAR-10 prepared by TFDS (default: TFDS' own data dir); this repository's tests
+use `../shared/tensorflow_datasets`.
 
 The first pass fills the cache (decode); later passes read decoded uint8 images from memory.
 Compare with the model's training speed (fit's ms/step in the progress bar).
@@ -9,14 +12,9 @@ Compare with the model's training speed (fit's ms/step in the progress bar).
 from __future__ import annotations
 
 import argparse
-import pathlib
 import time
 
 from keras_preact.training import data
-
-DEFAULT_DATA_DIR = (
-    pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
-)
 
 
 def images_per_second(ds, batches: int, batch_size: int) -> float:
@@ -30,7 +28,7 @@ def images_per_second(ds, batches: int, batch_size: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    parser.add_argument("--data-dir", help="TFDS data dir holding cifar10")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--batches", type=int, default=300)
     args = parser.parse_args()

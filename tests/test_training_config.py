@@ -200,3 +200,22 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
     assert [r[:3] for r in rows] == [["0", "2", "0.1"], ["1", "4", "0.1"],
                                      ["2", "6", "0.01"], ["3", "8", "0.001"]]
     assert all(float(r[3]) > 0 and 0 <= float(r[4]) <= 1 and r[5:] == ["", ""] for r in rows)
+
+
+def test_the_seed_fixes_the_initial_weights():
+    import numpy as np
+
+    from keras_preact.training import trainer
+    from keras_preact.training.schedule import paper_schedule
+
+    def initial(seed):
+        net = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                                        overrides={"depth": 8}, seed=seed)
+        return [np.asarray(w) for w in net.get_weights()]
+
+    first = initial(0)
+    for a, b in zip(first, initial(0)):
+        np.testing.assert_array_equal(a, b)
+    kernels = [i for i, w in enumerate(first) if w.ndim == 4]
+    assert kernels and all(not np.array_equal(first[i], w) for i, w in enumerate(initial(1))
+                           if i in kernels)

@@ -167,7 +167,8 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
                       steps_per_execution: int = 1, **fields):
     """The network `train` fits, compiled as `train` compiles it (call in a strategy scope):
     `config` (a `TrainConfig`, or its fields as keywords) gives the overrides, the form
-    (`stages`, `recompute`), the optimizer's settings, `mixed_precision` and `jit_compile`.
+    (`stages`, `recompute`), the optimizer's settings, `mixed_precision`, `jit_compile`, and
+    `seed`, which (when set) fixes the initial weights (`keras.utils.set_random_seed`).
 
     `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
     stage's identical units as one loop (`keras_preact.scan`: much faster start-up and
@@ -188,6 +189,8 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     config = dataclasses.replace(config or TrainConfig(), **fields)
     stages = resolve_stages(config.stages, keras_preact.resolve(model, **config.overrides))
     _check_recompute(model, stages, config.recompute)
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)
     previous_policy = keras.config.dtype_policy()
     if MIXED_PRECISION[config.mixed_precision]:
         keras.config.set_dtype_policy(MIXED_PRECISION[config.mixed_precision])
@@ -224,8 +227,6 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
     )
-    if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)  # the initial weights, before building
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
 
