@@ -4,6 +4,23 @@ import pathlib
 
 import pytest
 
+
+def pytest_addoption(parser):
+    parser.addoption("--run-large", action="store_true",
+                     help="also run the tests marked `large` (minutes each, ~10 GB of memory)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`large` tests (e.g. preact-1001 at full depth through tf2onnx) are skipped unless
+    --run-large: the default suite has to fit CI's 30 minutes on 2 cores."""
+    if config.getoption("--run-large"):
+        return
+    skip = pytest.mark.skip(reason="large: run with --run-large")
+    for item in items:
+        if "large" in item.keywords:
+            item.add_marker(skip)
+
+
 # Real CIFAR-10 (train split, TFDS format) lives beside the repository, never inside it.
 CIFAR10_DATA_DIR = (
     pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "tensorflow_datasets"
