@@ -66,6 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--framework", choices=["keras", "torch"], default="keras",
                    help=argparse.SUPPRESS)  # used by --compare for its subprocess
     p.add_argument("--no-fused", action="store_true", help="scan: Keras BN ops, not fused")
+    p.add_argument("--bn-relu", choices=["recompute", "keep"],
+                   help="scan's backward pass: recompute each BN + ReLU or keep its output "
+                        "(default: the trainer's choice, keep in mixed precision)")
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--grappler", choices=sorted(GRAPPLER), default="default")
     p.add_argument("--torch-config", choices=TORCH_CONFIGS,
@@ -124,6 +127,8 @@ def build_model_and_data(args):
                                   steps_per_execution=args.steps_per_execution)
         build_s = time.perf_counter() - start
         scan.set_options(model, fused=not args.no_fused)
+        if args.bn_relu:
+            scan.set_options(model, recompute_bn=args.bn_relu == "recompute")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch_size, *spec.input_shape)).astype("float32")
     y = rng.integers(0, spec.classes, size=(args.batch_size,)).astype("int64")
@@ -192,7 +197,7 @@ def main(argv=None) -> int:
     result["model"], result["batch_size"] = args.model, args.batch_size
     if args.framework == "keras":
         result["options"] = {k: getattr(args, k) for k in (
-            *RECIPE_FLAGS[1:], "no_fused", "steps_per_execution", "grappler")}
+            *RECIPE_FLAGS[1:], "no_fused", "bn_relu", "steps_per_execution", "grappler")}
     if reference:
         if reference["trainable_params"] != result["trainable_params"]:
             raise AssertionError(f"Not the same architecture: keras has "

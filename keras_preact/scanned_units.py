@@ -11,7 +11,8 @@ initializers, same parameter count; only TensorFlow's summation order differs.
 
 `fused=True` (default) computes each BN with one `FusedBatchNormV3` op instead of Keras'
 moments + normalize ops. In training, each BN-ReLU-conv keeps only its input for the
-backward pass and recomputes the cheap BN + ReLU there; `recompute=True` keeps only each
+backward pass and recomputes the cheap BN + ReLU there (`recompute_bn=False` keeps their
+output instead, the trainer's choice in mixed precision); `recompute=True` keeps only each
 unit's input and recomputes the whole unit (memory mode). What each costs and saves is
 measured in benchmarks/README.md.
 
@@ -96,6 +97,14 @@ def _scan(fn, carry, xs: list, length: int, num_ys: int):
     return carry, [ta.stack() for ta in ys_ta]
 
 
+def _biased(variance, x):
+    """The fused BN op's batch variance (unbiased) as Keras' moving average uses it (biased)."""
+    import tensorflow as tf
+
+    n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
+    return variance * ((n - 1.0) / n)
+
+
 @keras.saving.register_keras_serializable(package="keras_preact")
 class ScannedUnits(keras.layers.Layer):
     """`units` identical full pre-activation units `x + F(x)`, run by one loop.
@@ -109,6 +118,8 @@ class ScannedUnits(keras.layers.Layer):
             than Keras' moments + normalize ops. Same statistics and update.
         recompute: keep only each unit's input for the backward pass and recompute the
             unit (`tf.recompute_grad`): less memory for more time (benchmarks/README.md).
+        recompute_bn: with `fused`, recompute each BN + ReLU in the backward pass from the
+            BN's input rather than keep its output (less memory, more time).
 
     Weights are `bn{k}_gamma`, `bn{k}_beta`, `bn{k}_moving_mean`, `bn{k}_moving_variance`
     of shape `(units, channels)` and `conv{k}_kernel` of shape `(units, k, k, in, out)`:
@@ -117,7 +128,7 @@ class ScannedUnits(keras.layers.Layer):
 
     def __init__(self, units: int, convs, momentum: float = BN_MOMENTUM,
                  epsilon: float = BN_EPSILON, fused: bool = True, recompute: bool = False,
-                 **kwargs):
+                 recompute_bn: bool = True, **kwargs):
         super().__init__(autocast=False, **kwargs)  # casts are explicit in `call`
         if keras.backend.backend() != "tensorflow":
             raise ValueError("Scanned stages run a tf.while_loop: they need the TensorFlow "
@@ -131,6 +142,7 @@ class ScannedUnits(keras.layers.Layer):
         self.epsilon = float(epsilon)
         self.fused = bool(fused)
         self.recompute = bool(recompute)
+        self.recompute_bn = bool(recompute_bn)
 
     def build(self, input_shape):
         channels = input_shape[-1]
@@ -143,7 +155,9 @@ class ScannedUnits(keras.layers.Layer):
         ones, zeros = keras.initializers.Ones(), keras.initializers.Zeros()
         self.bn_weights, self.kernels = [], []
         for k, (filters, kernel) in enumerate(self.convs, start=1):
-            bn = [self.add_weight((n, c_in), init, name=f"bn{k}_{what}", trainable=trainable)
+            # float32 when read under mixed precision, as Keras' BN weights are.
+            bn = [self.add_weight((n, c_in), init, name=f"bn{k}_{what}", trainable=trainable,
+                                  autocast=False)
                   for what, init, trainable in (("gamma", ones, True), ("beta", zeros, True),
                                                 ("moving_mean", zeros, False),
                                                 ("moving_variance", ones, False))]
@@ -162,9 +176,7 @@ class ScannedUnits(keras.layers.Layer):
             if training:
                 y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
                     x, gamma, beta, epsilon=self.epsilon, is_training=True)
-                # The op returns the unbiased variance; Keras' moving average uses the biased.
-                n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
-                variance = variance * ((n - 1.0) / n)
+                variance = _biased(variance, x)
             else:
                 y, _, _ = tf.compat.v1.nn.fused_batch_norm(
                     x, gamma, beta, mean, variance, epsilon=self.epsilon, is_training=False)
@@ -177,41 +189,69 @@ class ScannedUnits(keras.layers.Layer):
         return ops.cast(y, self.compute_dtype), mean, variance
 
     def _bn_relu_conv(self, x, gamma, beta, kernel):
-        """`conv(relu(bn(x)))` in training, whose backward pass keeps only `x`.
+        """`conv(relu(bn(x)))` in training, with a hand-written backward pass that runs the
+        conv's two gradient ops directly (the conv is never recomputed). Returns the conv
+        output and the batch (mean, variance).
 
-        Autodiff would keep `x` (for BN) and `relu(bn(x))` (for the ReLU and the conv):
-        the backward pass here recomputes the cheap BN + ReLU from `x` instead and runs the
-        conv's two gradient ops directly, so the conv is not recomputed. Same gradients,
-        fewer stored activations (benchmarks/README.md). Returns the conv output and the
-        batch (mean, variance)."""
+        `recompute_bn` (default): the backward pass keeps only `x` and recomputes the cheap
+        BN + ReLU from it; autodiff would keep `x` and `relu(bn(x))`. Otherwise it keeps
+        both, as autodiff does, and feeds them straight to `ReluGrad` and the fused BN
+        gradient: no recomputation, one more stored activation per conv. Same gradients
+        either way; what each costs is in benchmarks/README.md."""
         import tensorflow as tf
 
-        def bn_relu(x, gamma, beta):
-            y, mean, variance = self._batch_norm(x, gamma, beta, None, None, training=True)
-            return ops.relu(y), mean, variance
+        conv = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+
+        def conv_grads(a, dy):
+            da = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(a), filter=kernel, out_backprop=dy, **conv)
+            dkernel = tf.raw_ops.Conv2DBackpropFilter(
+                input=a, filter_sizes=tf.shape(kernel), out_backprop=dy, **conv)
+            return da, dkernel
+
+        if not (self.fused and not self.recompute_bn):
+            def bn_relu(x, gamma, beta):
+                y, mean, variance = self._batch_norm(x, gamma, beta, None, None, training=True)
+                return ops.relu(y), mean, variance
+
+            @tf.custom_gradient
+            def forward(x, gamma, beta, kernel):
+                a, mean, variance = bn_relu(x, gamma, beta)
+
+                def grad(dy, *_):  # the statistics only feed the moving averages
+                    # Recompute from identities of the saved tensors: taping the loop's saved
+                    # tensors themselves made the backward loop slower (benchmarks/README.md).
+                    inputs = [tf.identity(t) for t in (x, gamma, beta)]
+                    with tf.GradientTape() as tape:
+                        tape.watch(inputs)
+                        a, _, _ = bn_relu(*inputs)
+                    da, dkernel = conv_grads(a, dy)
+                    return (*tape.gradient(a, inputs, output_gradients=da), dkernel)
+
+                return (tf.nn.conv2d(a, kernel, **conv), mean, variance), grad
+
+            return forward(x, gamma, beta, kernel)
 
         @tf.custom_gradient
-        def forward(x, gamma, beta, kernel):
-            a, mean, variance = bn_relu(x, gamma, beta)
-            y = tf.nn.conv2d(a, kernel, strides=1, padding="SAME")
+        def forward_kept(x, gamma, beta, kernel):
+            empty = tf.constant([], tf.float32)
+            y, mean, variance, *reserve = tf.raw_ops.FusedBatchNormV3(
+                x=x, scale=gamma, offset=beta, mean=empty, variance=empty,
+                epsilon=self.epsilon, is_training=True)
+            a = tf.nn.relu(y)
 
-            def grad(dy, *_):  # the statistics only feed the moving averages
-                # Recompute from identities of the saved tensors: taping the loop's saved
-                # tensors themselves made the backward loop slower (benchmarks/README.md).
-                inputs = [tf.identity(t) for t in (x, gamma, beta)]
-                with tf.GradientTape() as tape:
-                    tape.watch(inputs)
-                    a, _, _ = bn_relu(*inputs)
-                conv = {"strides": [1, 1, 1, 1], "padding": "SAME"}
-                da = tf.raw_ops.Conv2DBackpropInput(
-                    input_sizes=tf.shape(a), filter=kernel, out_backprop=dy, **conv)
-                dkernel = tf.raw_ops.Conv2DBackpropFilter(
-                    input=a, filter_sizes=tf.shape(kernel), out_backprop=dy, **conv)
-                return (*tape.gradient(a, inputs, output_gradients=da), dkernel)
+            def grad(dy, *_):
+                da, dkernel = conv_grads(a, dy)
+                # ReluGrad on the output: a > 0 exactly where bn(x) > 0.
+                dx, dgamma, dbeta, _, _ = tf.raw_ops.FusedBatchNormGradV3(
+                    y_backprop=tf.raw_ops.ReluGrad(gradients=da, features=a), x=x,
+                    scale=gamma, reserve_space_1=reserve[0], reserve_space_2=reserve[1],
+                    reserve_space_3=reserve[2], epsilon=self.epsilon, is_training=True)
+                return dx, dgamma, dbeta, dkernel
 
-            return (y, mean, variance), grad
+            return (tf.nn.conv2d(a, kernel, **conv), mean, _biased(variance, x)), grad
 
-        return forward(x, gamma, beta, kernel)
+        return forward_kept(x, gamma, beta, kernel)
 
     def _unit(self, x, params, training):
         """One unit `x + F(x)`. `params` per conv: gamma, beta, kernel in training (the
@@ -264,13 +304,14 @@ class ScannedUnits(keras.layers.Layer):
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units,
                 "convs": [list(c) for c in self.convs], "momentum": self.momentum,
-                "epsilon": self.epsilon, "fused": self.fused, "recompute": self.recompute}
+                "epsilon": self.epsilon, "fused": self.fused, "recompute": self.recompute,
+                "recompute_bn": self.recompute_bn}
 
 
 def set_options(model: keras.Model, *, fused: bool | None = None,
-                recompute: bool | None = None) -> keras.Model:
-    """Sets `fused` / `recompute` on every `ScannedUnits` layer of `model` (before it is
-    compiled or first called: the options are read when the loop is traced).
+                recompute: bool | None = None, recompute_bn: bool | None = None) -> keras.Model:
+    """Sets `fused` / `recompute` / `recompute_bn` on every `ScannedUnits` layer of `model`
+    (before it is compiled or first called: the options are read when the loop is traced).
 
     Example:
     >>> import keras_preact
@@ -283,6 +324,8 @@ def set_options(model: keras.Model, *, fused: bool | None = None,
             layer.fused = bool(fused)
         if recompute is not None:
             layer.recompute = bool(recompute)
+        if recompute_bn is not None:
+            layer.recompute_bn = bool(recompute_bn)
     return model
 
 

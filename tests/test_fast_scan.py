@@ -79,10 +79,10 @@ def test_scanned_build_matches_plain_build():
     np.testing.assert_allclose(kernel.std(), np.sqrt(2 / (9 * 64)), rtol=0.03)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_training_updates_moving_statistics_like_plain(fused):
+@pytest.mark.parametrize("fused, recompute_bn", [(True, True), (True, False), (False, True)])
+def test_training_updates_moving_statistics_like_plain(fused, recompute_bn):
     plain = plain_with_statistics("bottleneck")
-    fast = scan.to_scanned(plain, fused=fused)
+    fast = scan.to_scanned(plain, fused=fused, recompute_bn=recompute_bn)
     x = images(plain, n=8, seed=3)
     y_plain = keras.ops.convert_to_numpy(plain(x, training=True))
     y_fast = keras.ops.convert_to_numpy(fast(x, training=True))
@@ -111,26 +111,34 @@ def test_fit_step_trains_both_forms_alike():
     assert changed == len(plain.get_weights())  # every weight (and statistic) moved
 
 
+def gradients(model, x, y) -> dict:
+    """`{weight path: gradient}` of the cross-entropy of one training-mode batch."""
+    import tensorflow as tf
+
+    @tf.function
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
+        return tape.gradient(loss, model.trainable_weights)
+
+    return {w.path: np.asarray(g, "float32")
+            for w, g in zip(model.trainable_weights, gradient(x))}
+
+
+def relative_error(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
 @pytest.mark.parametrize("kind", ["basic", "bottleneck"])
 def test_scanned_gradients_equal_the_plain_graph(kind):
     # The scan's backward pass recomputes BN + ReLU (and whole units with recompute=True)
+    # or, with recompute_bn=False, calls the ReLU and fused BN gradient ops on what it kept,
     # and runs the conv gradient ops itself: every gradient must still be autodiff's.
-    import tensorflow as tf
-
     plain = plain_with_statistics(kind)
     x, y = images(plain, n=4, seed=5), np.arange(4) % 10
-
-    def gradients(model):
-        @tf.function
-        def gradient(x):
-            with tf.GradientTape() as tape:
-                loss = keras.losses.sparse_categorical_crossentropy(y, model(x, training=True))
-            return tape.gradient(loss, model.trainable_weights)
-
-        return {w.path: g.numpy() for w, g in zip(model.trainable_weights, gradient(x))}
-
-    models = (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True))
-    grads = [gradients(model) for model in models]
+    models = (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True),
+              scan.to_scanned(plain, recompute_bn=False))
+    grads = [gradients(model, x, y) for model in models]
     # The plain gradients in the scanned layout: load them as weights, convert, read back.
     for w in plain.trainable_weights:
         w.assign(grads[0][w.path])
@@ -138,9 +146,6 @@ def test_scanned_gradients_equal_the_plain_graph(kind):
     # Relative errors, not elementwise ones: at batch 4 these small nets amplify float32
     # round-off (oneDNN's reduction order differs run to run) to ~1e-3 in single BN
     # offsets for the plain graph itself; a wrong gradient term is off by O(1).
-    def relative_error(a, b):
-        return np.linalg.norm(a - b) / np.linalg.norm(b)
-
     for scanned in grads[1:]:
         assert sorted(scanned) == sorted(reference)
         errors = {name: relative_error(g, reference[name]) for name, g in scanned.items()}
@@ -148,6 +153,25 @@ def test_scanned_gradients_equal_the_plain_graph(kind):
         everything = [np.concatenate([d[name].ravel() for name in sorted(reference)])
                       for d in (scanned, reference)]
         assert relative_error(*everything) < 1e-2
+
+
+def test_kept_bn_relu_outputs_give_the_recomputed_gradients_in_bfloat16():
+    """The trainer's bfloat16 path (recompute_bn=False) against the float32 one's backward
+    pass, both in bfloat16: the same ops on the same values, to bfloat16 round-off."""
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(1)
+        kept = keras_preact.build("preact-164", stages="scan", units=(3, 2, 2))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    recomputed = keras.Model.from_config(kept.get_config())
+    recomputed.set_weights(kept.get_weights())
+    scan.set_options(kept, recompute_bn=False)
+    x, y = images(kept, n=8, seed=6), np.arange(8) % 10
+    a, b = gradients(kept, x, y), gradients(recomputed, x, y)
+    assert sorted(a) == sorted(b)
+    errors = {name: relative_error(a[name], b[name]) for name in b}
+    assert max(errors.values()) < 5e-2, max(errors.items(), key=lambda item: item[1])
 
 
 def test_keras_file_round_trip_in_safe_mode(tmp_path):

@@ -219,3 +219,17 @@ def test_the_seed_fixes_the_initial_weights():
     kernels = [i for i, w in enumerate(first) if w.ndim == 4]
     assert kernels and all(not np.array_equal(first[i], w) for i, w in enumerate(initial(1))
                            if i in kernels)
+
+
+@pytest.mark.parametrize("precision, recompute_bn", [("off", True), ("bfloat16", False)])
+def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, recompute_bn):
+    """benchmarks/README.md: keeping them is faster in bfloat16 and only costs memory in
+    float32, so the trainer recomputes them in float32 runs only."""
+    from keras_preact.scanned_units import scanned_layers
+    from keras_preact.training import trainer
+    from keras_preact.training.schedule import paper_schedule
+
+    net = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                                    overrides={"depth": 14}, mixed_precision=precision)
+    layers = scanned_layers(net)
+    assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}

@@ -22,7 +22,8 @@ from keras_preact.introspect import model_facts, stage_of, unit_prefix
 from keras_preact.scanned_units import ScannedUnits, is_scanned, scanned_layers, set_options
 
 
-def to_scanned(model: keras.Model, *, fused: bool = True, recompute: bool = False) -> keras.Model:
+def to_scanned(model: keras.Model, *, fused: bool = True, recompute: bool = False,
+               recompute_bn: bool = True) -> keras.Model:
     """The scanned form (`stages="scan"`) of a plain full pre-activation `model`, with its
     weights (moving statistics included): same outputs, same parameter count.
 
@@ -34,7 +35,7 @@ def to_scanned(model: keras.Model, *, fused: bool = True, recompute: bool = Fals
     (1, True)
     """
     target = _convert(model, "scan")
-    return set_options(target, fused=fused, recompute=recompute)
+    return set_options(target, fused=fused, recompute=recompute, recompute_bn=recompute_bn)
 
 
 def to_layered(model: keras.Model) -> keras.Model:
