@@ -97,6 +97,26 @@ def _scan(fn, carry, xs: list, length: int, num_ys: int):
     return carry, [ta.stack() for ta in ys_ta]
 
 
+_CONV = {"strides": [1, 1, 1, 1], "padding": "SAME"}  # every conv in the loop: stride 1
+
+
+def _conv(a, kernel):
+    import tensorflow as tf
+
+    return tf.nn.conv2d(a, kernel, **_CONV)
+
+
+def _conv_grads(a, kernel, dy):
+    """The gradients of `_conv(a, kernel)` w.r.t. `a` and `kernel`, given `dy`."""
+    import tensorflow as tf
+
+    da = tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=tf.shape(a), filter=kernel, out_backprop=dy, **_CONV)
+    dkernel = tf.raw_ops.Conv2DBackpropFilter(
+        input=a, filter_sizes=tf.shape(kernel), out_backprop=dy, **_CONV)
+    return da, dkernel
+
+
 def _biased(variance, x):
     """The fused BN op's batch variance (unbiased) as Keras' moving average uses it (biased)."""
     import tensorflow as tf
@@ -194,54 +214,52 @@ class ScannedUnits(keras.layers.Layer):
         output and the batch (mean, variance).
 
         `recompute_bn` (default): the backward pass keeps only `x` and recomputes the cheap
-        BN + ReLU from it; autodiff would keep `x` and `relu(bn(x))`. Otherwise it keeps
-        both, as autodiff does, and feeds them straight to `ReluGrad` and the fused BN
-        gradient: no recomputation, one more stored activation per conv. Same gradients
-        either way; what each costs is in benchmarks/README.md."""
+        BN + ReLU from it; autodiff would keep `x` and `relu(bn(x))`. Otherwise (fused BN
+        only) it keeps both, as autodiff does, and feeds them straight to `ReluGrad` and the
+        fused BN gradient: no recomputation, one more stored activation per conv. Same
+        gradients either way; what each costs is in benchmarks/README.md."""
+        if self.fused and not self.recompute_bn:
+            return self._kept_bn_relu_conv(x, gamma, beta, kernel)
+        return self._recomputed_bn_relu_conv(x, gamma, beta, kernel)
+
+    def _recomputed_bn_relu_conv(self, x, gamma, beta, kernel):
         import tensorflow as tf
 
-        conv = {"strides": [1, 1, 1, 1], "padding": "SAME"}
-
-        def conv_grads(a, dy):
-            da = tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=tf.shape(a), filter=kernel, out_backprop=dy, **conv)
-            dkernel = tf.raw_ops.Conv2DBackpropFilter(
-                input=a, filter_sizes=tf.shape(kernel), out_backprop=dy, **conv)
-            return da, dkernel
-
-        if not (self.fused and not self.recompute_bn):
-            def bn_relu(x, gamma, beta):
-                y, mean, variance = self._batch_norm(x, gamma, beta, None, None, training=True)
-                return ops.relu(y), mean, variance
-
-            @tf.custom_gradient
-            def forward(x, gamma, beta, kernel):
-                a, mean, variance = bn_relu(x, gamma, beta)
-
-                def grad(dy, *_):  # the statistics only feed the moving averages
-                    # Recompute from identities of the saved tensors: taping the loop's saved
-                    # tensors themselves made the backward loop slower (benchmarks/README.md).
-                    inputs = [tf.identity(t) for t in (x, gamma, beta)]
-                    with tf.GradientTape() as tape:
-                        tape.watch(inputs)
-                        a, _, _ = bn_relu(*inputs)
-                    da, dkernel = conv_grads(a, dy)
-                    return (*tape.gradient(a, inputs, output_gradients=da), dkernel)
-
-                return (tf.nn.conv2d(a, kernel, **conv), mean, variance), grad
-
-            return forward(x, gamma, beta, kernel)
+        def bn_relu(x, gamma, beta):
+            y, mean, variance = self._batch_norm(x, gamma, beta, None, None, training=True)
+            return ops.relu(y), mean, variance
 
         @tf.custom_gradient
-        def forward_kept(x, gamma, beta, kernel):
+        def forward(x, gamma, beta, kernel):
+            a, mean, variance = bn_relu(x, gamma, beta)
+
+            def grad(dy, *_):  # the statistics only feed the moving averages
+                # Recompute from identities of the saved tensors: taping the loop's saved
+                # tensors themselves made the backward loop slower (benchmarks/README.md).
+                inputs = [tf.identity(t) for t in (x, gamma, beta)]
+                with tf.GradientTape() as tape:
+                    tape.watch(inputs)
+                    a, _, _ = bn_relu(*inputs)
+                da, dkernel = _conv_grads(a, kernel, dy)
+                return (*tape.gradient(a, inputs, output_gradients=da), dkernel)
+
+            return (_conv(a, kernel), mean, variance), grad
+
+        return forward(x, gamma, beta, kernel)
+
+    def _kept_bn_relu_conv(self, x, gamma, beta, kernel):
+        import tensorflow as tf
+
+        @tf.custom_gradient
+        def forward(x, gamma, beta, kernel):
             empty = tf.constant([], tf.float32)
             y, mean, variance, *reserve = tf.raw_ops.FusedBatchNormV3(
                 x=x, scale=gamma, offset=beta, mean=empty, variance=empty,
                 epsilon=self.epsilon, is_training=True)
             a = tf.nn.relu(y)
 
-            def grad(dy, *_):
-                da, dkernel = conv_grads(a, dy)
+            def grad(dy, *_):  # the statistics only feed the moving averages
+                da, dkernel = _conv_grads(a, kernel, dy)
                 # ReluGrad on the output: a > 0 exactly where bn(x) > 0.
                 dx, dgamma, dbeta, _, _ = tf.raw_ops.FusedBatchNormGradV3(
                     y_backprop=tf.raw_ops.ReluGrad(gradients=da, features=a), x=x,
@@ -249,9 +267,9 @@ class ScannedUnits(keras.layers.Layer):
                     reserve_space_3=reserve[2], epsilon=self.epsilon, is_training=True)
                 return dx, dgamma, dbeta, dkernel
 
-            return (tf.nn.conv2d(a, kernel, **conv), mean, _biased(variance, x)), grad
+            return (_conv(a, kernel), mean, _biased(variance, x)), grad
 
-        return forward_kept(x, gamma, beta, kernel)
+        return forward(x, gamma, beta, kernel)
 
     def _unit(self, x, params, training):
         """One unit `x + F(x)`. `params` per conv: gamma, beta, kernel in training (the

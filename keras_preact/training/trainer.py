@@ -198,9 +198,9 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
         net = keras_preact.build(model, stages=stages, **config.overrides)
     finally:
         keras.config.set_dtype_policy(previous_policy)
-    # In mixed precision, keeping each BN + ReLU output for the backward pass beats
-    # recomputing it (bfloat16: a fifth faster for half the float32 memory); in float32 it
-    # would cost memory for nothing (benchmarks/README.md).
+    # In mixed precision, keeping each BN + ReLU output for the backward pass is faster than
+    # recomputing it, in memory that the lower precision saved; in float32 it would cost
+    # memory for no measurable speed (benchmarks/README.md, "Precision").
     scan.set_options(net, recompute=config.recompute,
                      recompute_bn=not MIXED_PRECISION[config.mixed_precision])
     net.compile(
