@@ -137,7 +137,8 @@ def test_scanned_gradients_equal_the_plain_graph(kind):
     plain = plain_with_statistics(kind)
     x, y = images(plain, n=4, seed=5), np.arange(4) % 10
     models = (plain, scan.to_scanned(plain), scan.to_scanned(plain, recompute=True),
-              scan.to_scanned(plain, recompute_bn=False))
+              scan.to_scanned(plain, recompute_bn=False),
+              scan.to_scanned(plain, recompute=True, recompute_bn=False))
     grads = [gradients(model, x, y) for model in models]
     # The plain gradients in the scanned layout: load them as weights, convert, read back.
     for w in plain.trainable_weights:
