@@ -284,7 +284,7 @@ class ScannedUnits(keras.layers.Layer):
                 stats += [mean, variance]
             else:
                 y, _, _ = self._batch_norm(y, *p[:4], training=False)
-                y = ops.conv(ops.relu(y), p[4], strides=1, padding="same")
+                y = _conv(ops.relu(y), p[4])
         return ops.add(x, y), stats
 
     def call(self, inputs, training=False):

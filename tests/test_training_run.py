@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from keras_preact import cli, training
+from keras_preact import cli, rundir, training
 
 TINY = {"depth": 8}
 
@@ -118,7 +118,7 @@ def test_evaluate_computes_what_the_trainers_validation_computes(finished_run, c
     from keras_preact.training import data
 
     run_dir, model = finished_run
-    config = json.load(open(os.path.join(run_dir, "config.json")))
+    config = rundir.read_config(run_dir)
     _, val_split = data.train_val_splits(config["val_examples"])
     result = training.evaluate(model, split=val_split, data_dir=cifar10_data_dir)
     trainers = model.evaluate(data.eval_dataset("cifar10", val_split, config["batch_size"],
