@@ -93,6 +93,12 @@ def application(
     if classes is not None:
         overrides["classes"] = classes
     if input_tensor is not None:
+        if not keras.backend.is_keras_tensor(input_tensor):  # else keras.Model prints it all
+            raise ValueError(
+                "`input_tensor` must be a Keras tensor, e.g. `keras.Input((32, 32, 3))`. "
+                f"Received: a {type(input_tensor).__module__}.{type(input_tensor).__name__}"
+                f" of shape {tuple(getattr(input_tensor, 'shape', ()))}"
+            )
         # The tensor's shape is the input's; an `input_shape` may only repeat it.
         tensor_shape = tuple(input_tensor.shape[1:])
         if input_shape is not None and not _compatible(input_shape, tensor_shape):

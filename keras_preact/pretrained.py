@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 
 # Package data: small files ship inside the wheel, beside this module.
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
 # Keras' cache subdirectory for files downloaded from a record's URL.
 CACHE_SUBDIR = "keras_preact"
+# The spec fields published weights leave free (channels aside: they must stay RGB).
+HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "input_shape")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +78,8 @@ def sha256_of(path: str) -> str:
 def weights_path(model_name: str, weights: str, spec) -> str:
     """The file `weights` stands for: a `.weights.h5` path, or a published tag of
     `model_name` (`weights_file`). Weights were trained on RGB images: `spec` must take 3
-    channels."""
+    channels; a tag's `spec` must be the network it was trained as, head and image size aside
+    (`HEAD_FIELDS`)."""
     from keras_preact.preprocessing import RGB
 
     if spec.input_shape[-1] != RGB:
@@ -88,7 +92,30 @@ def weights_path(model_name: str, weights: str, spec) -> str:
         if not os.path.isfile(weights):
             raise FileNotFoundError(f"No weights file at {weights!r}.")
         return weights
+    record = released(model_name).get(weights)
+    if record is not None:  # checked before any download
+        _check_trained_as(spec, record)
     return weights_file(model_name, weights)
+
+
+def _check_trained_as(spec, record: WeightsRecord) -> None:
+    """Refuses a `spec` other than the network `record`'s weights were trained as, except for
+    the head and the image size (`HEAD_FIELDS`), as Keras Applications allow."""
+    from keras_preact.specs import resolve
+    from keras_preact.training.data import dataset_info
+
+    trained = resolve(record.model, classes=dataset_info(record.dataset).classes)
+    free = HEAD_FIELDS + ("classes",) * (not spec.include_top)
+    differ = [f.name for f in dataclasses.fields(spec)
+              if f.name not in free and getattr(spec, f.name) != getattr(trained, f.name)]
+    if differ:
+        raise ValueError(
+            f"Weights {record.tag!r} of {record.model!r} were trained with "
+            + ", ".join(f"{name}={getattr(trained, name)!r}" for name in differ)
+            + f"; only {', '.join(HEAD_FIELDS[:-1])} and the image size may differ (classes "
+            "too with include_top=False). Received: "
+            + ", ".join(f"{name}={getattr(spec, name)!r}" for name in differ)
+        )
 
 
 def load_weights(model, spec, path: str) -> None:
@@ -98,12 +125,22 @@ def load_weights(model, spec, path: str) -> None:
     from keras_preact import scan
     from keras_preact.builder import build_from_spec
 
-    saved_scanned = scan.scannable(spec) and scan.holds_scanned_weights(path)
-    if saved_scanned == scan.is_scanned(model):
-        model.load_weights(path)
-        return
-    twin = build_from_spec(spec, name=model.name, stages="scan" if saved_scanned else "layers")
-    twin.load_weights(path)
+    try:
+        saved_scanned = scan.scannable(spec) and scan.holds_scanned_weights(path)
+        if saved_scanned == scan.is_scanned(model):
+            model.load_weights(path)
+            return
+        twin = build_from_spec(spec, name=model.name,
+                               stages="scan" if saved_scanned else "layers")
+        twin.load_weights(path)
+    except ValueError as error:
+        # Keras' message goes on with the variable's values and every layer that failed.
+        keras_says = " ".join(re.split("Target variable|List of objects", str(error))[0].split())
+        raise ValueError(f"The weights in {path!r} do not fit {model.name!r} as built (build "
+                         "the network the file was saved from: same name and overrides). "
+                         f"Keras: {keras_says}") from None
+    except OSError as error:  # h5py's, without the path
+        raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
     scan.copy_weights(twin, model)
 
 

@@ -92,6 +92,15 @@ def test_backbone_and_input_tensor():
     assert features.output.shape == (None, 2, 2, 512)
 
 
+def test_an_input_tensor_that_is_not_a_keras_tensor_is_a_one_line_error():
+    """An array used to reach keras.Model, whose error printed the whole array."""
+    with pytest.raises(ValueError) as error:
+        applications.PreActResNet20(input_tensor=np.zeros((1, 32, 32, 3), "float32"))
+    assert str(error.value) == ("`input_tensor` must be a Keras tensor, e.g. "
+                                "`keras.Input((32, 32, 3))`. Received: a numpy.ndarray of "
+                                "shape (1, 32, 32, 3)")
+
+
 def test_weights_file_round_trip(tmp_path):
     model = applications.PreActResNet20(classes=7, name="mine")
     path = tmp_path / "mine.weights.h5"

@@ -97,4 +97,46 @@ def test_list_weights_shows_each_tag_with_its_accuracy(published, capsys):
                               "float32", out[0].split()[-1]]
     assert out[0].endswith("preact-20-test.weights.h5")
     assert cli.main(["list", "resnet-*", "--weights"]) == 2
-    assert "No published weights" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "keras-preact list: error: No published weights for models matching 'resnet-*'. "
+        "Published: preact-20 (test).\n")
+
+
+def test_a_tag_loads_only_into_the_network_it_was_trained_as(published):
+    """Another head size or depth was a page of Keras' variable dump; now one line, before
+    any download. The head and the image size stay free, as in Keras Applications."""
+    with pytest.raises(ValueError) as error:
+        applications.PreActResNet20(weights="test", classes=100)
+    assert str(error.value) == (
+        "Weights 'test' of 'preact-20' were trained with classes=10; only include_top, pooling, "
+        "classifier_activation and the image size may differ (classes too with "
+        "include_top=False). Received: classes=100")
+    with pytest.raises(ValueError, match=r"trained with units=\(3, 3, 3\), unit='full-preact'; "
+                                         r".* Received: units=\(1, 1, 1\), unit='original'$"):
+        keras_preact.build("preact-20", weights="test", depth=8, unit="original")
+    assert not published.exists()  # refused before downloading anything
+    backbone = applications.PreActResNet20(weights="test", include_top=False, classes=100,
+                                           pooling="avg", input_shape=(40, 40, 3))
+    assert backbone.output.shape == (None, 64)
+
+
+def test_a_weights_file_of_another_network_is_a_one_line_error(weights_h5, tmp_path):
+    path, _ = weights_h5
+    with pytest.raises(ValueError) as error:
+        keras_preact.build("preact-20", weights=path, depth=8)
+    message = str(error.value)
+    assert "\n" not in message and len(message) < 600, message
+    assert message.startswith(f"The weights in {path!r} do not fit 'preact-20' as built "
+                              "(build the network the file was saved from: same name and "
+                              "overrides). Keras: ")
+    assert "variable.shape=(3, 3, 16, 32), Received: value.shape=(3, 3, 16, 16)" in message
+    backbone = str(tmp_path / "backbone.weights.h5")
+    keras_preact.build("preact-20", depth=8, include_top=False).save_weights(backbone)
+    with pytest.raises(ValueError, match=r"do not fit .* Layer 'predictions' expected 2 "
+                                         r"variables, but received 0 variables during loading. "
+                                         r"Expected: \['kernel', 'bias'\]$"):
+        keras_preact.build("preact-20", depth=8, weights=backbone)
+    junk = tmp_path / "junk.weights.h5"
+    junk.write_text("not HDF5")
+    with pytest.raises(OSError, match=f"^Could not read {str(junk)!r} as a .weights.h5 file: "):
+        keras_preact.build("preact-20", weights=str(junk), depth=8)
