@@ -7,6 +7,7 @@ import sys
 import pytest
 import requests
 
+import keras_preact
 from keras_preact import cli
 
 
@@ -22,8 +23,6 @@ def _no_network(monkeypatch):
 
 @pytest.fixture
 def tiny_model_file(tmp_path):
-    import keras_preact
-
     path = tmp_path / "tiny.keras"
     keras_preact.build("preact-20", depth=8).save(path)
     return str(path)
@@ -57,10 +56,27 @@ def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_mode
         raise FileNotFoundError("stop here")
 
     monkeypatch.setattr(data, "check_split", check_split)
-    for dataset in ("cifar10", "imagenet2012"):
+    imagenet = keras_preact.build("preact-18-imagenet", units=(1, 1, 1, 1),
+                                  input_shape=(64, 64, 3))
+    for dataset, model in (("cifar10", tiny_model_file), ("imagenet2012", imagenet)):
         with pytest.raises(FileNotFoundError, match="stop here"):
-            trainer.evaluate(tiny_model_file, dataset=dataset)
+            trainer.evaluate(model, dataset=dataset)
     assert asked == [("cifar10", "test"), ("imagenet2012", "validation")]
+
+
+def test_evaluate_refuses_a_model_that_does_not_fit_the_dataset_before_the_data(
+        monkeypatch, tiny_model_file):
+    """A 10-class model on cifar100 used to download CIFAR-100 (minutes of retries offline)
+    before it was refused."""
+    from keras_preact.training import data, trainer
+
+    def check_split(*args, **kwargs):
+        raise AssertionError("the data was touched")
+
+    monkeypatch.setattr(data, "check_split", check_split)
+    with pytest.raises(ValueError, match=r"^Dataset 'cifar100' needs a cifar model with 100 "
+                                         r"outputs. Received: a cifar model with 10 outputs.$"):
+        trainer.evaluate(tiny_model_file, dataset="cifar100")
 
 
 FAST = """

@@ -1,5 +1,7 @@
 """Input pipelines: the paper's CIFAR augmentation, ImageNet crops, TFDS splits (mock data)."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -43,6 +45,22 @@ def test_real_cifar10_split_sizes_and_missing_test_split(cifar10_data_dir):
     assert data.check_split("cifar10", "train[:-5000]", cifar10_data_dir) == 45000
     with pytest.raises(ValueError, match="no split 'test'.*Available: \\['train'\\]"):
         data.check_split("cifar10", "test", cifar10_data_dir)
+
+
+@pytest.mark.parametrize("split, reason", [
+    ("train[:abc]", r"Unrecognized split format: 'train\[:abc\]'\. See format at https://\S+"),
+    ("train[:101%]", r"When unit=%, percent slice boundaries should be in \[-100, 100\]\..*"),
+    ("train[10:5]", r"it holds -5 examples"),
+])
+def test_a_bad_split_is_one_line_that_names_it(cifar10_data_dir, split, reason):
+    """TFDS' parse errors were two lines; an empty or reversed slice was evaluated."""
+    with pytest.raises(ValueError) as error:
+        data.check_split("cifar10", split, cifar10_data_dir)
+    prefix = (f"Bad split {split!r} of dataset 'cifar10' (TFDS slicing, e.g. 'train[:45000]', "
+              "'train[-5000:]', 'test[:10%]'): ")
+    message = str(error.value)
+    assert message.startswith(prefix) and "\n" not in message, message
+    assert re.fullmatch(reason, message[len(prefix):]), message
 
 
 def test_cifar100_pipeline_batches_are_normalized():

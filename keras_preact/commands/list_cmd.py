@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             f"No model matches {args.pattern!r}. Try `keras-preact list` for all names."
         )
     if args.weights:
-        header, rows = _weights_table(names)
+        header, rows = _weights_table(names, args.pattern)
     else:
         if args.params:  # builds every model
             import_tensorflow(args.verbose)
@@ -59,16 +59,18 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
     return header, rows
 
 
-def _weights_table(names: list[str]) -> tuple[list[str], list[list[str]]]:
+def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list[str]]]:
     from keras_preact import pretrained
 
     header = ["name", "weights", "val. accuracy", "on", "iterations", "precision", "file"]
+    records = pretrained.all_records()
     rows = [[r.model, r.tag, f"{100 * r.val_accuracy:.2f} %", r.val_split, str(r.iterations),
              r.precision, r.url or r.file]
-            for r in pretrained.all_records() if r.model in names]
+            for r in records if r.model in names]
     if not rows:
-        raise ValueError("No published weights for these models; `keras-preact list "
-                         "--weights` shows all that are published.")
+        published = ", ".join(f"{r.model} ({r.tag})" for r in records) or "none yet"
+        raise ValueError(f"No published weights for models matching {pattern!r}. "
+                         f"Published: {published}.")
     return header, rows
 
 

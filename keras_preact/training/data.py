@@ -73,7 +73,15 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
             f"Dataset {name!r} has no split {base!r} in {builder.data_dir_root}. "
             f"Available: {sorted(builder.info.splits)}. Received: split={split!r}"
         )
-    return builder.info.splits[split].num_examples
+    bad = (f"Bad split {split!r} of dataset {name!r} (TFDS slicing, e.g. 'train[:45000]', "
+           "'train[-5000:]', 'test[:10%]'): ")
+    try:
+        examples = builder.info.splits[split].num_examples
+    except ValueError as error:  # TFDS': the cause on its last line
+        raise ValueError(bad + str(error).splitlines()[-1]) from None
+    if examples < 1:  # TFDS counts an empty or reversed slice, e.g. train[10:5], as <= 0
+        raise ValueError(f"{bad}it holds {examples} examples")
+    return examples
 
 
 class DownloadFailed(ConnectionError):

@@ -410,13 +410,14 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = Non
     info = data.dataset_info(dataset)
     split = split or info.eval_split
     check_positive(batch_size=batch_size)
-    model = load_for_inference(model_or_path)  # a wrong path fails before the data is touched
-    examples = data.check_split(dataset, split, data_dir, download)
+    # A wrong path or a model that does not fit fails before the data is touched (downloaded).
+    model = load_for_inference(model_or_path)
     family = family_of(model)
     if family != info.family or model.output_shape[-1] != info.classes:
         raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
                          f"{info.classes} outputs. Received: a {family} model with "
                          f"{model.output_shape[-1]} outputs.")
+    examples = data.check_split(dataset, split, data_dir, download)
     size = model.input_shape[1] if family == "imagenet" else None
     ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size)
     # A twin on the same layers is compiled, so that the caller's model keeps its own.
