@@ -78,6 +78,13 @@ def test_resume_keys_and_what_a_diverged_run_may_change():
                                  "'float16']."),
     ({"dataset": "mnist"}, "Unknown dataset 'mnist'. Valid: ['cifar10', 'cifar100', "
                            "'imagenet2012']."),
+    # Was accepted, then refused by keras.utils.set_random_seed after the run dir was made.
+    ({"seed": -1}, "`seed` must be None or an integer in [0, 2**32). Received: seed=-1"),
+    ({"seed": 2**32}, "Received: seed=4294967296"),
+    # Were accepted: "no" switched Nesterov on; a string rate was a TypeError.
+    ({"nesterov": "no"}, "`nesterov` must be True or False. Received: nesterov='no'"),
+    ({"jit_compile": 1}, "`jit_compile` must be True or False. Received: jit_compile=1"),
+    ({"lr": "0.1"}, "Received: lr='0.1', warmup_lr=0.01, weight_decay=0.0001, momentum=0.9"),
 ])
 def test_a_bad_field_is_a_one_line_error(fields, message):
     with pytest.raises(ValueError) as error:

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import math
+import numbers
 import typing
 from collections.abc import Sequence
 
@@ -19,6 +20,8 @@ from keras_preact.training.distribute import STRATEGIES
 MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 # "auto" (scan where it applies) and the forms a network is built in.
 STAGES = ("auto", *specs.STAGES)
+# Seeds keras.utils.set_random_seed (numpy's) accepts: [0, 2**32).
+SEED_LIMIT = 2**32
 # How a field takes part in resuming a run (`field(resume=...)`); fields without are free to
 # change (e.g. the strategy: a run may move from one GPU to several machines).
 KEEP = "keep"  # a rerun in the same RUN_DIR must keep it to resume
@@ -99,8 +102,11 @@ class TrainConfig:
     def __post_init__(self):
         object.__setattr__(self, "overrides", dict(self.overrides or {}))
         for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
             if f.metadata["choices"]:
-                check_choice(f.name, getattr(self, f.name), f.metadata["choices"])
+                check_choice(f.name, value, f.metadata["choices"])
+            if f.type == "bool" and not isinstance(value, bool):  # a truthy "no" is no switch
+                raise ValueError(f"`{f.name}` must be True or False. Received: {f.name}={value!r}")
         check_positive(steps=self.steps, batch_size=self.batch_size,
                        backup_every=self.backup_every)
         if self.steps_per_epoch is not None:
@@ -108,16 +114,22 @@ class TrainConfig:
         if not (isinstance(self.val_examples, int) and self.val_examples >= 0):
             raise ValueError(f"`val_examples` must be an integer >= 0. "
                              f"Received: val_examples={self.val_examples!r}")
+        seed = self.seed  # checked here: keras.utils.set_random_seed refuses it only later
+        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
+                                     and 0 <= seed < SEED_LIMIT):
+            raise ValueError(f"`seed` must be None or an integer in [0, 2**32). "
+                             f"Received: seed={seed!r}")
         warmup = self.warmup_steps
         if warmup is not None and not (isinstance(warmup, int) and 0 <= warmup < self.steps):
             raise ValueError(f"`warmup_steps` must be an integer in [0, steps={self.steps}). "
                              f"Received: warmup_steps={warmup!r}")
         lr, warmup_lr, decay, momentum = self.lr, self.warmup_lr, self.weight_decay, self.momentum
-        if not (all(math.isfinite(r) for r in (lr, warmup_lr, decay, momentum)) and lr > 0
+        rates = (lr, warmup_lr, decay, momentum)
+        if not (all(isinstance(r, numbers.Real) and math.isfinite(r) for r in rates) and lr > 0
                 and warmup_lr > 0 and decay >= 0 and 0 <= momentum < 1):
             raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= "
-                             f"momentum < 1. Received: lr={lr}, warmup_lr={warmup_lr}, "
-                             f"weight_decay={decay}, momentum={momentum}")
+                             f"momentum < 1. Received: lr={lr!r}, warmup_lr={warmup_lr!r}, "
+                             f"weight_decay={decay!r}, momentum={momentum!r}")
 
 
 def _names(*kinds: str | None) -> tuple[str, ...]:
