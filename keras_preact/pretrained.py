@@ -8,8 +8,10 @@ layer names), whatever form they were trained in. `applications.*(weights=TAG)` 
 `keras_preact.build(name, weights=TAG)` load them through `weights_file`.
 
 Example:
->>> sorted(released("preact-20"))  # doctest: +SKIP
+>>> sorted(released("preact-20"))
 ['cifar10']
+>>> os.path.basename(weights_file("preact-20", "cifar10"))
+'preact-20-cifar10.weights.h5'
 """
 
 from __future__ import annotations
@@ -59,11 +61,18 @@ def register(record: WeightsRecord) -> None:
 
 
 def released(model: str) -> dict[str, WeightsRecord]:
-    """The published tags of registered network `model`, by tag."""
+    """The published tags of registered network `model`, by tag.
+
+    Example:
+    >>> record = released("preact-20")["cifar10"]
+    >>> record.dataset, record.precision
+    ('cifar10', 'float32')
+    """
     return {tag: r for (name, tag), r in _RECORDS.items() if name == model}
 
 
 def all_records() -> list[WeightsRecord]:
+    """Every published record, sorted by model name and tag."""
     return sorted(_RECORDS.values(), key=lambda r: (r.model, r.tag))
 
 
