@@ -10,9 +10,9 @@ from keras_preact.rundir import METRICS
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
-        help=f"plot runs' {METRICS}: train loss (dashed), test error (solid), lr",
+        help=f"plot runs' {METRICS}: train loss (dashed), validation error (solid), lr",
         description="Overlays the training curves of runs written by `keras-preact train`, "
-        "in the style of the paper's Fig. 1/6: training loss dashed, test error solid, one "
+        "in the style of the paper's Fig. 1/6: training loss dashed, validation error solid, one "
         "colour per run, learning rate below; x axis = iterations.",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=f"directory with {METRICS}")
