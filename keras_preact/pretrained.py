@@ -227,3 +227,17 @@ register(WeightsRecord(
          "drop (at step 15,444), so its schedule equals a 32k run's; resumed twice from backup; "
          "started from tied kernels (every same-shaped conv had the same draw: a bug fixed "
          "since), so the command no longer reproduces these exact weights"))
+register(WeightsRecord(
+    model="resnet-20", tag="cifar10", dataset="cifar10", file="resnet-20-cifar10.weights.h5",
+    sha256="1ca6f18489e8c23c565b269db81d64848ad585de72d5b01829f5c88b856e71d3",
+    val_accuracy=0.9064, val_split="train[-5000:]",
+    command="keras-preact train resnet-20 --steps 24000 --warmup-steps 400 --mixed-precision "
+            "bfloat16 --data-dir DATA_DIR --seed 0 --output runs/resnet-20-cifar10",
+    iterations=24000, precision="bfloat16", wall_time_h=1.89,
+    machine="2 vCPU AMD EPYC (AVX-512, AVX512-BF16, no AMX), 24 GB, no GPU; one uninterrupted "
+            "run",
+    keras_preact_version="0.1.0",
+    note="24k iterations (three eighths of the paper's 64k; lr 0.01 for 400 iterations, then "
+         "0.1, 0.01, 0.001 from 0 / 12k / 18k), trained on train[:45000] in bfloat16 mixed "
+         "precision (Keras' mixed_bfloat16: float32 weights, BN statistics and loss), as the "
+         "plain layer graph, from independent initial kernels (seed 0)"))

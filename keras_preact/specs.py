@@ -238,12 +238,22 @@ def get_spec(name: str) -> ResNetSpec:
     return _REGISTRY[name]
 
 
-def list_models(pattern: str = "*") -> list[str]:
-    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name.
+def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
+    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name;
+    with `pretrained=True`, only those with published weights (`build(name, weights=TAG)`,
+    tags in `keras_preact.pretrained.released(name)`).
 
     Example:
     >>> list_models("preact-1??")
     ['preact-110', 'preact-164']
+    >>> list_models("*-20", pretrained=True)
+    ['preact-20', 'resnet-20']
     """
+    if not isinstance(pretrained, bool):
+        raise ValueError(f"`pretrained` must be True or False. Received: pretrained={pretrained!r}")
     names = fnmatch.filter(_REGISTRY, pattern)
+    if pretrained:
+        from keras_preact.pretrained import all_records  # records sit above the registry
+
+        names = [n for n in names if n in {r.model for r in all_records()}]
     return sorted(names, key=lambda n: (_REGISTRY[n].family, _REGISTRY[n].depth, n))

@@ -1,6 +1,9 @@
 """Every published tag: its file is the one recorded, it reaches its recorded accuracy on
 the held-out slice of real CIFAR-10, and the SavedModel made from it serves that accuracy."""
 
+import pathlib
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,10 +16,35 @@ from keras_preact.training import evaluate
 
 RECORDS = pretrained.all_records()
 IDS = [f"{r.model}:{r.tag}" for r in RECORDS]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def test_the_paper_nets_are_published():
-    assert {("preact-20", "cifar10")} <= {(r.model, r.tag) for r in RECORDS}
+    assert {("preact-20", "cifar10"), ("resnet-20", "cifar10")} <= {(r.model, r.tag)
+                                                                    for r in RECORDS}
+
+
+def test_list_models_pretrained_names_the_published_nets():
+    assert keras_preact.list_models(pretrained=True) == sorted(
+        {r.model for r in RECORDS}, key=keras_preact.list_models().index)
+    assert keras_preact.list_models("resnet-2*", pretrained=True) == ["resnet-20"]
+    with pytest.raises(ValueError, match="Received: pretrained='yes'"):
+        keras_preact.list_models(pretrained="yes")
+
+
+def test_readme_table_is_what_list_prints(capsys):
+    assert cli.main(["list", "--weights", "--markdown"]) == 0
+    assert capsys.readouterr().out in README
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_each_tag_has_a_model_card_with_its_curves(record):
+    heading = f"### {record.model}, `weights=\"{record.tag}\"`\n"
+    card = re.split(r"\n##+ ", README.split(heading)[1])[0]
+    figure = f"docs/figures/{record.model}-{record.tag}.png"
+    assert (ROOT / figure).is_file() and f"({figure})" in card
+    assert f"{100 * record.val_accuracy:.2f} %" in card
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
@@ -66,13 +94,18 @@ def test_accuracy_reproduces_the_record_and_is_served(record, held_out, cifar10_
     assert np.mean(served_top == labels) == pytest.approx(measured["accuracy"], abs=0.001)
 
 
-def test_constructor_loads_the_published_tag():
-    record = pretrained.released("preact-20")["cifar10"]
-    model = applications.PreActResNet20(weights="cifar10")
-    reference = keras_preact.build("preact-20", weights="cifar10")
+@pytest.mark.parametrize("constructor, name", [(applications.PreActResNet20, "preact-20"),
+                                               (applications.ResNet20, "resnet-20")])
+def test_constructor_loads_the_published_tag(constructor, name):
+    record = pretrained.released(name)["cifar10"]
+    model = constructor(weights="cifar10")
+    reference = keras_preact.build(name, weights="cifar10")
     x = preprocess_input(np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)))
     np.testing.assert_allclose(model(x), reference(x), atol=1e-6)
-    assert record.file == "preact-20-cifar10.weights.h5"
+    # the constructor's weights are the file's, not a fresh draw that happens to agree
+    untrained = keras_preact.build(name)
+    assert not np.allclose(untrained(x), reference(x), atol=1e-3)
+    assert record.file == f"{name}-cifar10.weights.h5"
 
 
 @pytest.mark.parametrize("argv, message", [
