@@ -255,5 +255,6 @@ def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     if pretrained:
         from keras_preact.pretrained import all_records  # records sit above the registry
 
-        names = [n for n in names if n in {r.model for r in all_records()}]
+        published = {r.model for r in all_records()}
+        names = [n for n in names if n in published]
     return sorted(names, key=lambda n: (_REGISTRY[n].family, _REGISTRY[n].depth, n))
