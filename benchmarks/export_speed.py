@@ -15,6 +15,10 @@ import statistics
 import tempfile
 import time
 
+from keras_preact import host
+
+host.use_onednn()  # TensorFlow as `keras-preact` runs it (keras_preact.host)
+
 
 def median_seconds(fn, repeats: int) -> float:
     fn()  # warm-up: tracing / graph optimization

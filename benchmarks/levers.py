@@ -21,6 +21,8 @@ import sys
 
 from train_speed import TORCH_CONFIGS
 
+from keras_preact import host
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The trainer's default for full pre-activation nets is the scan (`--stages auto`); the
 # plain layer graph is the baseline the levers are measured against.
@@ -62,8 +64,8 @@ def main(argv=None) -> int:
     p.add_argument("--suite", choices=sorted(SUITES), required=True)
     p.add_argument("--output", default=os.path.join(HERE, "results.jsonl"))
     args = p.parse_args(argv)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"python {platform.python_version()}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"oneDNN {'off' if host.onednn_off() else 'on'}; python {platform.python_version()}")
     print("| flags | build s | first step s | images/s | peak RSS MB |")
     print("|---|---|---|---|---|")
     for flags in SUITES[args.suite]:

@@ -30,6 +30,10 @@ import sys
 import tempfile
 import time
 
+from keras_preact import host
+
+host.use_onednn()  # TensorFlow as `keras-preact` runs it (keras_preact.host)
+
 RUNTIMES = ("tf", "onnx", "openvino", "litert")
 # Runtime -> the export format it runs.
 FORMAT = {"tf": "saved_model", "onnx": "onnx", "openvino": "openvino", "litert": "litert"}

@@ -31,7 +31,12 @@ import subprocess
 import sys
 import time
 
+from keras_preact import host
 from keras_preact.training.config import TrainConfig, add_arguments
+
+# TensorFlow as `keras-preact` runs it: oneDNN on wherever keras_preact.host turns it on
+# (TF_ENABLE_ONEDNN_OPTS=0 in the environment measures TensorFlow without it).
+host.use_onednn()
 
 # The PyTorch configurations `--torch-config` runs (torch_preact.train_steps): eager NCHW
 # (PyTorch's default), channels_last memory (oneDNN's preferred layout on CPU), and
@@ -198,6 +203,7 @@ def main(argv=None) -> int:
     if args.framework == "keras":
         result["options"] = {k: getattr(args, k) for k in (
             *RECIPE_FLAGS[1:], "no_fused", "bn_relu", "steps_per_execution", "grappler")}
+        result["onednn"] = not host.onednn_off()
     if reference:
         if reference["trainable_params"] != result["trainable_params"]:
             raise AssertionError(f"Not the same architecture: keras has "
@@ -212,7 +218,8 @@ def main(argv=None) -> int:
     if not args.json:
         rows = [result] + ([result["torch"]] if "torch" in result else [])
         for r in rows:
-            who = f"torch {r['torch_config']}" if r["framework"] == "torch" else "keras"
+            who = (f"torch {r['torch_config']}" if r["framework"] == "torch" else
+                   f"keras (oneDNN {'on' if r['onednn'] else 'off'})")
             print(f"{who:>24} {args.model} batch {args.batch_size}: build "
                   f"{r['build_s']:.2f} s, first step {r['first_step_s']:.2f} s, "
                   f"{r['images_per_s']:.2f} images/s, peak RSS {r['peak_rss_mb']:.0f} MB")

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from keras_preact import __version__
+from keras_preact import __version__, host
 
 # Order shown by --help.
 COMMANDS = ("list", "train", "evaluate", "plot", "export")
@@ -72,11 +72,15 @@ def model_from_args(args: argparse.Namespace):
 def import_tensorflow(verbose: bool = False) -> None:
     """Imports TensorFlow; unless `verbose`, without its start-up lines on the console.
 
-    Commands that need TensorFlow call this first. TF_CPP_MIN_LOG_LEVEL=3 hides its later C++
-    logs; the lines its libraries print while loading (before absl logging is initialized,
-    whatever the level) are sent to /dev/null for the duration of the import.
+    Commands that need TensorFlow call this first. It loads with oneDNN on where TensorFlow
+    would leave it off (`host.use_onednn`). TF_CPP_MIN_LOG_LEVEL=3 hides its later C++ logs;
+    the lines its libraries print while loading (before absl logging is initialized, whatever
+    the level) are sent to /dev/null for the duration of the import.
     """
-    if verbose or "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules:
+        return
+    host.use_onednn()
+    if verbose:
         return
     os.environ.setdefault(TF_LOG_LEVEL, "3")
     sys.stderr.flush()

@@ -4,6 +4,12 @@ import pathlib
 
 import pytest
 
+from keras_preact import host
+
+# Before any test imports TensorFlow: the suite runs it as the CLI does (tests compare the
+# two), with oneDNN on wherever keras_preact.host turns it on.
+host.use_onednn()
+
 
 def pytest_addoption(parser):
     parser.addoption("--run-large", action="store_true",

@@ -6,11 +6,12 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 
-from keras_preact import cli, training
+from keras_preact import cli, host, training
 from keras_preact.training import callbacks, trainer
 
 TINY = {"depth": 8}
@@ -146,11 +147,37 @@ def test_a_malformed_tf_config_is_named(value, monkeypatch, tmp_path, capsys):
     assert err.rstrip().endswith(f"Received: TF_CONFIG={value!r}")
 
 
-def test_float16_on_a_cpu_warns(tmp_path):
-    with pytest.warns(UserWarning, match="float16 has no fast kernels on CPUs"):
+@pytest.mark.parametrize("precision, flags, onednn, said", [
+    ("float16", {"avx2"}, "1", "float16 has no fast kernels on CPUs"),
+    ("bfloat16", {"avx2", "avx512f"}, "1", "this CPU has no bfloat16 instructions"),
+    ("off", {"avx2"}, "0", "TensorFlow runs without its oneDNN kernels on this CPU"),
+])
+def test_slow_cpu_settings_warn(precision, flags, onednn, said, tmp_path, monkeypatch):
+    monkeypatch.setattr(host, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(host, "_x86_linux", lambda: True)
+    monkeypatch.setenv(host.ONEDNN, onednn)  # what TensorFlow reads; it is loaded already
+    with pytest.warns(UserWarning, match=said) as caught:
         with pytest.raises(FileNotFoundError, match="does not exist"):
-            training.train("preact-20", output=str(tmp_path / "r"), mixed_precision="float16",
+            training.train("preact-20", output=str(tmp_path / "r"), mixed_precision=precision,
                            data_dir=str(tmp_path / "missing"), overrides=TINY)
+    assert len(slow_cpu_warnings(caught)) == 1
+
+
+def test_a_cpu_with_bfloat16_and_onednn_gets_no_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(host, "cpu_flags", lambda: {"avx512_bf16", "avx512_vnni"})
+    monkeypatch.setattr(host, "_x86_linux", lambda: True)
+    monkeypatch.delenv(host.ONEDNN, raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FileNotFoundError, match="does not exist"):
+            training.train("preact-20", output=str(tmp_path / "r"), mixed_precision="bfloat16",
+                           data_dir=str(tmp_path / "missing"), overrides=TINY)
+    assert slow_cpu_warnings(caught) == []
+
+
+def slow_cpu_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught
+            if any(k in str(w.message) for k in ("oneDNN", "float16", "bfloat16"))]
 
 
 def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import warnings
 
-from keras_preact import rundir
+from keras_preact import host, rundir
 from keras_preact.files import atomic_path
 from keras_preact.introspect import family_of, outputs_logits
 from keras_preact.training import callbacks as run_callbacks
@@ -121,10 +121,8 @@ def train(
         raise ValueError(f"`batch_size` (global) must be divisible by the "
                          f"{strat.num_replicas_in_sync} replicas. "
                          f"Received: batch_size={config.batch_size}")
-    if config.mixed_precision == "float16" and not distribute.has_gpu():
-        warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
-                      "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
-                      stacklevel=2)
+    if config.strategy != "tpu" and not distribute.has_gpu():
+        _warn_slow_cpu_settings(config.mixed_precision)
     examples = data.check_split(config.dataset, "train", config.data_dir, download)
     if not config.val_examples + config.batch_size <= examples:
         raise ValueError(f"{config.dataset!r} has {examples} training examples: `val_examples` "
@@ -151,6 +149,23 @@ def train(
         finally:
             if not chief:
                 shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _warn_slow_cpu_settings(mixed_precision: str) -> None:
+    """One warning for each setting that makes a CPU-only run far slower than it need be
+    (figures in benchmarks/README.md, "Precision" and "oneDNN on AVX2-only CPUs")."""
+    if host.onednn_off():
+        warnings.warn(f"TensorFlow runs without its oneDNN kernels on this CPU, several times "
+                      f"slower: set {host.ONEDNN}=1 before TensorFlow is imported (the "
+                      f"keras-preact CLI does).", stacklevel=3)
+    if mixed_precision == "float16":
+        warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
+                      "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
+                      stacklevel=3)
+    if mixed_precision == "bfloat16" and host.cpu_has_bfloat16() is False:
+        warnings.warn("this CPU has no bfloat16 instructions (AVX512-BF16 or AMX), so bfloat16 "
+                      "runs far slower than float32 here: use --mixed-precision off.",
+                      stacklevel=3)
 
 
 def default_warmup_steps(steps: int, family: str) -> int:

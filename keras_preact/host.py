@@ -1,0 +1,76 @@
+"""What this host's CPU offers TensorFlow, and the one process setting keras-preact picks for it.
+
+TensorFlow switches its oneDNN CPU kernels on by itself only on CPUs with AVX512-VNNI,
+AVX512-BF16, AVX-VNNI or AMX (`DefaultOneDnnPolicy` in tensorflow/core/util/util.cc). On
+AVX2-only x86 CPUs it leaves them off, and its own kernels then train these nets several
+times slower (figures in benchmarks/README.md, "oneDNN on AVX2-only CPUs"). TensorFlow reads
+the switch, `TF_ENABLE_ONEDNN_OPTS`, once, when it loads: `use_onednn()` must run before
+`import tensorflow`. The `keras-preact` CLI, the benchmarks, the notebooks and the test suite
+call it first; a script of your own can do the same, or set the variable itself.
+
+Example:
+>>> from keras_preact import host
+>>> env = {"TF_ENABLE_ONEDNN_OPTS": "0"}   # a value the user set is never replaced
+>>> host.use_onednn(env)
+False
+>>> env
+{'TF_ENABLE_ONEDNN_OPTS': '0'}
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import MutableMapping
+
+ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+# The /proc/cpuinfo flags for which TensorFlow turns oneDNN on by itself on Linux.
+_ONEDNN_BY_DEFAULT = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                      "amx_bf16"}
+# The flags of the CPUs that compute bfloat16 natively.
+_BFLOAT16 = {"avx512_bf16", "amx_bf16"}
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo; None elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def _x86_linux() -> bool:
+    return platform.system() == "Linux" and platform.machine().lower() in ("x86_64", "amd64")
+
+
+def use_onednn(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Sets `TF_ENABLE_ONEDNN_OPTS=1` on x86-64 Linux unless `environ` already has a value;
+    returns whether it set it. Only a TensorFlow imported afterwards sees it."""
+    if ONEDNN in environ or not _x86_linux():
+        return False
+    environ[ONEDNN] = "1"
+    return True
+
+
+def onednn_off() -> bool:
+    """True where TensorFlow runs (or, not yet imported, will run) without oneDNN on an
+    x86-64 Linux CPU: the variable says 0, or is unset on a CPU outside TensorFlow's own
+    list."""
+    if not _x86_linux():
+        return False
+    value = os.environ.get(ONEDNN, "").strip().lower()
+    if value in ("0", "false", "1", "true"):
+        return value in ("0", "false")
+    flags = cpu_flags()  # unset (or not a boolean, which TensorFlow ignores): its own policy
+    return flags is not None and not flags & _ONEDNN_BY_DEFAULT
+
+
+def cpu_has_bfloat16() -> bool | None:
+    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16); None where its
+    flags cannot be read (not Linux)."""
+    flags = cpu_flags()
+    return None if flags is None else bool(flags & _BFLOAT16)
