@@ -1,9 +1,11 @@
 """A short real-CIFAR-10 run through `train`, its RUN_DIR, `evaluate`, faults and bad input."""
 
 import csv
+import io
 import json
 import os
 import shutil
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -110,6 +112,34 @@ def test_progress_counts_iterations_not_nominal_epochs(cifar10_data_dir, tmp_pat
         out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # colours
         assert re.search(expected, out, re.M), out
         assert "/703" not in out
+
+
+def test_progress_lines_say_the_time_left_at_this_process_pace(monkeypatch):
+    """Resumed at step 1000 of 4000: 100 steps in 50 s leave 2,900 steps, 24 minutes. The
+    last line has no estimate."""
+    from keras_preact.training import callbacks
+
+    steps = iter([1000, 1100, 4000])
+    iterations = SimpleNamespace(numpy=lambda: next(steps))
+    clock = iter([10.0, 60.0, 100.0])
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    progress = callbacks.Progress(4000, 40, live=False, stream=out)
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
+    progress.on_train_begin()
+    progress.on_epoch_end(10, {"loss": 0.5})
+    progress.on_epoch_end(39, {"loss": 0.25})
+    assert out.getvalue().splitlines() == [
+        "epoch 11/40 - step 1100/4000 - 50s - left: 24m - loss: 0.5000",
+        "epoch 40/40 - step 4000/4000 - 90s - loss: 0.2500"]
+
+
+@pytest.mark.parametrize("seconds, said", [(45, "45s"), (89.4, "89s"), (90, "2m"),
+                                           (5399, "90m"), (5400, "1.5h"), (12240, "3.4h")])
+def test_durations_read_as_a_person_would(seconds, said):
+    from keras_preact.training.callbacks import _duration
+
+    assert _duration(seconds) == said
 
 
 def test_evaluate_computes_what_the_trainers_validation_computes(finished_run, cifar10_data_dir):

@@ -120,8 +120,10 @@ class Progress(keras.callbacks.Callback):
     """Progress in optimizer iterations, as they are: `step S/N` of the whole run.
 
     `live`: one Keras `Progbar` over the run (a terminal); otherwise one line per epoch (a log
-    file). Replaces fit's own per-epoch bar, which shows the epoch's nominal length even when
-    the run stops inside it (a 600-step run at batch 32 printed "1406/1406").
+    file) with the seconds since this process started training and, until the last step, the
+    time left at this process' own pace (not counting the steps a resume skipped). Replaces
+    fit's own per-epoch bar, which shows the epoch's nominal length even when the run stops
+    inside it (a 600-step run at batch 32 printed "1406/1406").
     """
 
     def __init__(self, total_steps: int, epochs: int, live: bool, stream=None):
@@ -134,6 +136,7 @@ class Progress(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.started = time.monotonic()
+        self.first_step = optimizer_step(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.live:
@@ -147,12 +150,22 @@ class Progress(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         step = optimizer_step(self.model)
-        line = (f"epoch {epoch + 1}/{self.epochs} - step {step}/{self.total_steps} - "
-                f"{time.monotonic() - self.started:.0f}s")
+        elapsed = time.monotonic() - self.started
+        line = f"epoch {epoch + 1}/{self.epochs} - step {step}/{self.total_steps} - {elapsed:.0f}s"
+        if self.first_step < step < self.total_steps:
+            left = elapsed / (step - self.first_step) * (self.total_steps - step)
+            line += f" - left: {_duration(left)}"
         line += "".join(f" - {k}: {v:.4f}" for k, v in _scalars(logs))
         if self.bar is not None and step < self.total_steps:
             line = "\n" + line  # below the live bar, which goes on on the next line
         print(line, file=self.stream, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """`45s`, `12m`, `3.4h`: what a person reads off a log line."""
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 90 * 60 else f"{seconds / 3600:.1f}h"
 
 
 def _scalars(logs) -> list[tuple[str, float]]:
