@@ -31,16 +31,42 @@ _ONEDNN_BY_DEFAULT = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx
 _BFLOAT16 = {"avx512_bf16", "amx_bf16"}
 
 
-def cpu_flags() -> set[str] | None:
-    """The CPU's feature flags as Linux lists them in /proc/cpuinfo; None elsewhere."""
+# The vector extensions a record names, as /proc/cpuinfo spells them.
+_ISA = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16", "amx_bf16": "AMX"}
+
+
+def _cpuinfo(key: str) -> str | None:
+    """The first value of `key` in Linux's /proc/cpuinfo; None elsewhere."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                name, _, value = line.partition(":")
+                if name.strip() == key:
+                    return value.strip()
     except OSError:
         pass
     return None
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo; None elsewhere."""
+    flags = _cpuinfo("flags")
+    return None if flags is None else set(flags.split())
+
+
+def describe() -> str:
+    """This machine in one line, for the records of a training run: CPU model, cores, memory,
+    vector extensions and whether TensorFlow runs oneDNN, e.g. "AMD EPYC, 2 cores, 24 GB,
+    AVX2, oneDNN on"."""
+    try:
+        memory = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GB"
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
+        memory = ""
+    flags = cpu_flags()
+    isa = "" if flags is None else "".join(f", {v}" for k, v in _ISA.items() if k in flags)
+    model = _cpuinfo("model name") or platform.processor() or platform.machine()
+    onednn = "" if not _x86_linux() else f", oneDNN {'off' if onednn_off() else 'on'}"
+    return f"{model}, {os.cpu_count()} cores{memory}{isa}{onednn}"
 
 
 def _x86_linux() -> bool:

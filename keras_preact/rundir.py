@@ -1,7 +1,8 @@
 """The run directory `keras-preact train --output RUN_DIR` writes, and reading it back.
 
 RUN_DIR holds `CONFIG` (the recipe, written at the start), `METRICS` (one row per epoch,
-`METRICS_COLUMNS`), `LOGS` (TensorBoard), `BACKUP` (while training: the newest backup, the one
+`METRICS_COLUMNS`), `SESSIONS` (each trainer process that trained in it: machine, start,
+seconds, steps), `LOGS` (TensorBoard), `BACKUP` (while training: the newest backup, the one
 before it and their step) and, only once training finished, `MODEL`. Files are replaced
 atomically (`keras_preact.files`), so a crash never leaves a half-written one.
 
@@ -22,6 +23,10 @@ from keras_preact.files import atomic_write
 
 CONFIG = "config.json"
 METRICS = "metrics.csv"
+# A JSON list, one entry per trainer process (the first start and each resume), kept current
+# at every epoch end: {"machine", "started" (UTC, ISO 8601), "seconds" (in fit), "steps":
+# [first, last]}. What a run cost, summed over sessions and machines (`training_time`).
+SESSIONS = "sessions.json"
 MODEL = "model.keras"
 LOGS = "logs"
 BACKUP = "backup"
@@ -52,3 +57,43 @@ def write_config(run_dir: str | os.PathLike, config: dict) -> None:
     """Writes `config` as `run_dir/CONFIG`, atomically."""
     text = json.dumps(config, indent=2, default=list) + "\n"
     atomic_write(os.path.join(run_dir, CONFIG), lambda f: f.write(text))
+
+
+def read_sessions(run_dir: str | os.PathLike) -> list[dict]:
+    """The `SESSIONS` of `run_dir`: [] when none has been written; a one-line ValueError
+    naming the file when it is not a list."""
+    path = os.path.join(run_dir, SESSIONS)
+    try:
+        with open(path) as f:
+            sessions = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        sessions = error
+    if not isinstance(sessions, list):
+        raise ValueError(f"{path} is not a keras-preact sessions file ({sessions}).")
+    return sessions
+
+
+def write_sessions(run_dir: str | os.PathLike, sessions: list[dict]) -> None:
+    """Writes `sessions` as `run_dir/SESSIONS`, atomically."""
+    text = json.dumps(sessions, indent=1) + "\n"
+    atomic_write(os.path.join(run_dir, SESSIONS), lambda f: f.write(text))
+
+
+def training_time(run_dir: str | os.PathLike) -> tuple[float, list[str]]:
+    """Hours in fit over all of `run_dir`'s sessions, and the machines they ran on (each
+    once, in order).
+
+    Example:
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> write_sessions(run_dir, [
+    ...     {"machine": "A", "started": "2026-12-04T16:15:00", "seconds": 5400, "steps": [0, 900]},
+    ...     {"machine": "B", "started": "2026-12-05T09:00:00", "seconds": 1800, "steps": [0, 300]}])
+    >>> training_time(run_dir)
+    (2.0, ['A', 'B'])
+    """
+    sessions = read_sessions(run_dir)
+    hours = sum(s["seconds"] for s in sessions) / 3600
+    return hours, list(dict.fromkeys(s["machine"] for s in sessions))

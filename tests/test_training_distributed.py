@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from keras_preact import rundir
+
 TRAIN = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--override", "depth=14",
          "--warmup-steps", "0"]
 
@@ -81,7 +83,8 @@ def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
     # Scanned stages (the default for full pre-activation nets; depth 14 = 2 units a stage).
     assert config["replicas"] == 2 and config["strategy"] == "auto" and config["stages"] == "scan"
     # Only the chief wrote the run directory; the backup is gone once finished.
-    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras"]
+    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras",
+                                           "sessions.json"]
 
 
 def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
@@ -112,6 +115,12 @@ def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_
         steps = [int(r["step"]) for r in csv.DictReader(f)]
     assert steps[-1] == 40 and steps == sorted(steps)
     assert json.load(open(run_dir / "config.json"))["stages"] == "scan"
+    # Both processes are on record: the killed one up to its last epoch end, the rerun from
+    # the backup it resumed from to the end.
+    first_session, second_session = rundir.read_sessions(run_dir)
+    assert first_session["steps"][0] == 0
+    assert first_session["steps"][1] % 15 == 0 and first_session["steps"][1] <= killed_at
+    assert second_session["steps"] == [resumed, 40] and second_session["seconds"] > 0
 
 
 def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights(

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from keras_preact import cli, rundir, training
+from keras_preact import cli, host, rundir, training
 
 TINY = {"depth": 8}
 
@@ -34,8 +34,14 @@ def _metrics(run_dir):
 
 def test_run_dir_layout_and_loss_falls(finished_run):
     run_dir, model = finished_run
-    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras"]
+    assert sorted(os.listdir(run_dir)) == ["config.json", "logs", "metrics.csv", "model.keras",
+                                           "sessions.json"]
     assert sorted(os.listdir(os.path.join(run_dir, "logs"))) == ["train", "validation"]
+    [session] = rundir.read_sessions(run_dir)
+    assert session["steps"] == [0, 90] and session["seconds"] > 0
+    assert session["machine"].startswith(host.describe() + "; OneDeviceStrategy, replicas: 1")
+    hours, machines = rundir.training_time(run_dir)
+    assert hours == pytest.approx(session["seconds"] / 3600) and machines == [session["machine"]]
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         assert f.readline().strip() == "epoch,step,lr,loss,accuracy,val_loss,val_accuracy"
     rows = _metrics(run_dir)

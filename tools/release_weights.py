@@ -1,23 +1,23 @@
 """Maintainers: turn a finished `keras-preact train` run into published weights.
 
     python tools/release_weights.py RUN_DIR --tag cifar10 --data-dir DIR \
-        --command "keras-preact train ..." --wall-time-h 4.2 --machine "..." [--note "..."]
+        --command "keras-preact train ..." [--note "..."]
 
 Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
 RUN_DIR/model.keras, whatever form the run trained in), measures its accuracy on the run's
 validation slice with `keras_preact.training.evaluate`, and prints the
 `pretrained.register(...)` call to paste at the bottom of keras_preact/pretrained.py. The
-figures come from the run's own files (config.json) and this evaluation, never typed by hand.
+figures come from the run's own files (config.json; sessions.json for the wall time, summed
+over every session, and the machines) and this evaluation, never typed by hand.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import keras_preact
-from keras_preact import pretrained
+from keras_preact import pretrained, rundir
 from keras_preact.training import data, evaluate
 
 
@@ -27,13 +27,14 @@ def main() -> None:
     p.add_argument("--tag", required=True)
     p.add_argument("--data-dir", help="TFDS data dir holding the run's dataset")
     p.add_argument("--command", required=True, help="the exact train command that made the run")
-    p.add_argument("--wall-time-h", type=float, required=True)
-    p.add_argument("--machine", required=True)
     p.add_argument("--note", default="")
     args = p.parse_args()
 
-    with open(os.path.join(args.run_dir, "config.json")) as f:
-        config = json.load(f)
+    config = rundir.read_config(args.run_dir)
+    hours, machines = rundir.training_time(args.run_dir)
+    if not machines:
+        raise SystemExit(f"{args.run_dir} has no {rundir.SESSIONS}: it was trained before "
+                         "keras-preact recorded its sessions, so its time and machine are unknown.")
     # RUN_DIR/model.keras is the plain layer graph whatever form trained (trainer.shareable).
     model = keras_preact.load_model(args.run_dir, compile=False)
     file = f"{config['model']}-{args.tag}.weights.h5"
@@ -48,8 +49,8 @@ def main() -> None:
         model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
         sha256=pretrained.sha256_of(path),
         val_accuracy=round(result["accuracy"], 4), val_split=val_split, command=args.command,
-        iterations=config["steps"], precision=precision, wall_time_h=args.wall_time_h,
-        machine=args.machine, keras_preact_version=config["versions"]["keras_preact"],
+        iterations=config["steps"], precision=precision, wall_time_h=round(hours, 2),
+        machine="; ".join(machines), keras_preact_version=config["versions"]["keras_preact"],
         note=args.note)
     print(f"register({record!r})")
 

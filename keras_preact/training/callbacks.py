@@ -1,4 +1,5 @@
-"""Callbacks of a training run: step limit and NaN guard, safe backups, the metrics CSV."""
+"""Callbacks of a training run: step limit and NaN guard, safe backups, the metrics CSV, the
+sessions log and the progress lines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import keras
 import numpy as np
 
+from keras_preact import rundir
 from keras_preact.files import atomic_path, atomic_write
 from keras_preact.rundir import BACKUP_FILE, BACKUP_METADATA, METRICS_COLUMNS, PREVIOUS_FILE
 
@@ -114,6 +116,31 @@ class RunBackup(keras.callbacks.Callback):
                 os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
         metadata = json.dumps({"epoch": step // self.steps_per_epoch, "step": step})
         atomic_write(os.path.join(self.backup_dir, BACKUP_METADATA), lambda f: f.write(metadata))
+
+
+class SessionLog(keras.callbacks.Callback):
+    """Adds this process' entry to RUN_DIR's `rundir.SESSIONS` when fit starts and keeps its
+    seconds and last step current at each epoch end (a crash loses at most the epoch it was
+    in, whose steps the resume repeats anyway)."""
+
+    def __init__(self, run_dir: str, machine: str):
+        super().__init__()
+        self.run_dir = run_dir
+        self.machine = machine
+
+    def on_train_begin(self, logs=None):
+        self.started = time.monotonic()
+        step = optimizer_step(self.model)
+        self.entry = {"machine": self.machine,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "seconds": 0.0, "steps": [step, step]}
+        self.sessions = [*rundir.read_sessions(self.run_dir), self.entry]
+        rundir.write_sessions(self.run_dir, self.sessions)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.entry["seconds"] = round(time.monotonic() - self.started, 1)
+        self.entry["steps"][1] = optimizer_step(self.model)
+        rundir.write_sessions(self.run_dir, self.sessions)
 
 
 class Progress(keras.callbacks.Callback):

@@ -264,6 +264,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
                                                   schedule))
+        callbacks.append(run_callbacks.SessionLog(run_dir, _machine(strat)))
     if verbose:
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
     # The datasets shuffle themselves (fit would only warn that it cannot).
@@ -285,6 +286,16 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     if chief:
         shutil.rmtree(backup_dir, ignore_errors=True)
     return net
+
+
+def _machine(strat) -> str:
+    """The host line of a session record, with the strategy's replicas and workers."""
+    import tensorflow as tf
+
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    workers = distribute.cluster_workers()
+    return (f"{host.describe()}{f', {gpus} GPU' if gpus else ''}; {type(strat).__name__}, "
+            f"replicas: {strat.num_replicas_in_sync}{f', workers: {workers}' if workers else ''}")
 
 
 def shareable(model):
