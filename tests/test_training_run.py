@@ -120,24 +120,27 @@ def test_progress_counts_iterations_not_nominal_epochs(cifar10_data_dir, tmp_pat
         assert "/703" not in out
 
 
-def test_progress_lines_say_the_time_left_at_this_process_pace(monkeypatch):
-    """Resumed at step 1000 of 4000: 100 steps in 50 s leave 2,900 steps, 24 minutes. The
-    last line has no estimate."""
+def test_progress_lines_say_the_time_left_at_the_last_epochs_pace(monkeypatch):
+    """Resumed at step 1000 of 4000, 100 steps an epoch at 0.5 s a step, except one epoch
+    paused for 950 s: 24 minutes left, then 7.8 h for that one line, then 22 minutes again
+    (the run's average would still say 2.8 h). The last line has no estimate."""
     from keras_preact.training import callbacks
 
-    steps = iter([1000, 1100, 4000])
+    steps = iter([1000, 1100, 1200, 1300, 4000])
     iterations = SimpleNamespace(numpy=lambda: next(steps))
-    clock = iter([10.0, 60.0, 100.0])
+    clock = iter([10.0, 60.0, 1060.0, 1110.0, 2460.0])
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: next(clock))
     out = io.StringIO()
     progress = callbacks.Progress(4000, 40, live=False, stream=out)
     progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
     progress.on_train_begin()
-    progress.on_epoch_end(10, {"loss": 0.5})
-    progress.on_epoch_end(39, {"loss": 0.25})
+    for epoch in (10, 11, 12, 39):
+        progress.on_epoch_end(epoch, {"loss": 0.5})
     assert out.getvalue().splitlines() == [
         "epoch 11/40 - step 1100/4000 - 50s - left: 24m - loss: 0.5000",
-        "epoch 40/40 - step 4000/4000 - 90s - loss: 0.2500"]
+        "epoch 12/40 - step 1200/4000 - 1050s - left: 7.8h - loss: 0.5000",
+        "epoch 13/40 - step 1300/4000 - 1100s - left: 22m - loss: 0.5000",
+        "epoch 40/40 - step 4000/4000 - 2450s - loss: 0.5000"]
 
 
 @pytest.mark.parametrize("seconds, said", [(45, "45s"), (89.4, "89s"), (90, "2m"),

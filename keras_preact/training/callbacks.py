@@ -148,7 +148,8 @@ class Progress(keras.callbacks.Callback):
 
     `live`: one Keras `Progbar` over the run (a terminal); otherwise one line per epoch (a log
     file) with the seconds since this process started training and, until the last step, the
-    time left at this process' own pace (not counting the steps a resume skipped). Replaces
+    time left at the last epoch's pace (which a paused or shared machine skews for one line
+    only). Replaces
     fit's own per-epoch bar, which shows the epoch's nominal length even when the run stops
     inside it (a 600-step run at batch 32 printed "1406/1406").
     """
@@ -162,8 +163,8 @@ class Progress(keras.callbacks.Callback):
         self.bar = None
 
     def on_train_begin(self, logs=None):
-        self.started = time.monotonic()
-        self.first_step = optimizer_step(self.model)
+        self.started = self.epoch_started = time.monotonic()
+        self.epoch_first_step = optimizer_step(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.live:
@@ -176,12 +177,13 @@ class Progress(keras.callbacks.Callback):
         self.bar.update(optimizer_step(self.model), values)
 
     def on_epoch_end(self, epoch, logs=None):
-        step = optimizer_step(self.model)
-        elapsed = time.monotonic() - self.started
-        line = f"epoch {epoch + 1}/{self.epochs} - step {step}/{self.total_steps} - {elapsed:.0f}s"
-        if self.first_step < step < self.total_steps:
-            left = elapsed / (step - self.first_step) * (self.total_steps - step)
-            line += f" - left: {_duration(left)}"
+        step, now = optimizer_step(self.model), time.monotonic()
+        line = (f"epoch {epoch + 1}/{self.epochs} - step {step}/{self.total_steps} - "
+                f"{now - self.started:.0f}s")
+        if self.epoch_first_step < step < self.total_steps:
+            pace = (now - self.epoch_started) / (step - self.epoch_first_step)
+            line += f" - left: {_duration(pace * (self.total_steps - step))}"
+        self.epoch_started, self.epoch_first_step = now, step
         line += "".join(f" - {k}: {v:.4f}" for k, v in _scalars(logs))
         if self.bar is not None and step < self.total_steps:
             line = "\n" + line  # below the live bar, which goes on on the next line
