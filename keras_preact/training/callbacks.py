@@ -12,9 +12,15 @@ import time
 import keras
 import numpy as np
 
-from keras_preact import rundir
 from keras_preact.files import atomic_path, atomic_write
-from keras_preact.rundir import BACKUP_FILE, BACKUP_METADATA, METRICS_COLUMNS, PREVIOUS_FILE
+from keras_preact.rundir import (
+    BACKUP_FILE,
+    BACKUP_METADATA,
+    METRICS_COLUMNS,
+    PREVIOUS_FILE,
+    read_sessions,
+    write_sessions,
+)
 
 
 def optimizer_step(model) -> int:
@@ -134,13 +140,13 @@ class SessionLog(keras.callbacks.Callback):
         self.entry = {"machine": self.machine,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "seconds": 0.0, "steps": [step, step]}
-        self.sessions = [*rundir.read_sessions(self.run_dir), self.entry]
-        rundir.write_sessions(self.run_dir, self.sessions)
+        self.sessions = [*read_sessions(self.run_dir), self.entry]
+        write_sessions(self.run_dir, self.sessions)
 
     def on_epoch_end(self, epoch, logs=None):
         self.entry["seconds"] = round(time.monotonic() - self.started, 1)
         self.entry["steps"][1] = optimizer_step(self.model)
-        rundir.write_sessions(self.run_dir, self.sessions)
+        write_sessions(self.run_dir, self.sessions)
 
 
 class Progress(keras.callbacks.Callback):
