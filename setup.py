@@ -21,11 +21,14 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=find_packages(include=["keras_preact", "keras_preact.*"]),
+    # released/ holds data only; naming it a package keeps setuptools from warning that an
+    # importable directory is left out.
+    packages=find_packages(include=["keras_preact", "keras_preact.*"]) + ["keras_preact.released"],
     include_package_data=True,
     # ImageNet class names (keras_preact.labels.IMAGENET_FILE); published weights small enough
     # to ship (keras_preact.pretrained.PACKAGE_DIR).
-    package_data={"keras_preact": ["imagenet_classes.txt", "released/*.weights.h5"]},
+    package_data={"keras_preact": ["imagenet_classes.txt"],
+                  "keras_preact.released": ["*.weights.h5"]},
     install_requires=[
         # The full package, not tensorflow-cpu: tensorflow-serving-api requires it.
         "tensorflow>=2.20",

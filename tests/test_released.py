@@ -3,6 +3,10 @@ the held-out slice of real CIFAR-10, and the SavedModel made from it serves that
 
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -55,6 +59,22 @@ def test_record_is_complete_and_shipped_file_matches_its_hash(record):
     assert record.command.startswith(f"keras-preact train {record.model} ")
     assert f"--steps {record.iterations}" in record.command
     assert 0.0 < record.val_accuracy <= 1.0 and record.wall_time_h > 0
+
+
+def test_the_wheel_ships_every_published_file(tmp_path):
+    # An editable install reads the work tree, so only a built wheel shows what pip users get.
+    # Built from a copy: setuptools leaves build/ and an egg-info beside the sources.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "keras_preact", source / "keras_preact",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path), str(source)],
+                   check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("keras_preact-*.whl")
+    shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".h5")}
+    assert shipped == {f"keras_preact/released/{r.file}" for r in RECORDS if r.url is None}
 
 
 @pytest.fixture(scope="module")
