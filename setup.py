@@ -45,8 +45,10 @@ setup(
     ],
     extras_require={
         # nbclient/nbformat/ipykernel execute the notebooks inside the test suite; ruff is the
-        # linter CI runs first (rules in pyproject.toml).
-        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6"],
+        # linter CI runs first (rules in pyproject.toml); wheel lets a venv's own setuptools
+        # (65.x on Python 3.11) build the wheel tests/test_released.py inspects, offline.
+        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6",
+                 "wheel>=0.38"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
         # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with
