@@ -53,9 +53,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def model_from_args(args: argparse.Namespace):
     """`args.model` as a path, or the registered network it names built with `args.weights`
     (call after `import_tensorflow`)."""
-    from keras_preact.specs import list_models
+    from keras_preact.specs import get_spec, list_models
 
     named = args.model in list_models() and not os.path.exists(args.model)
+    looks_like_path = os.path.exists(args.model) or args.model.endswith(".keras") or (
+        os.sep in args.model)
+    if args.weights is not None and not named and not looks_like_path:
+        get_spec(args.model)  # a misspelt name: its error suggests the closest names
     if named != (args.weights is not None):
         raise ValueError(
             f"{args.model!r} is a registered name: add --weights TAG|FILE "

@@ -136,6 +136,8 @@ def test_constructor_loads_the_published_tag(constructor, name):
     (["evaluate", "run.keras", "--weights", "cifar10"],
      "--weights goes with a registered model name (a run dir or .keras file holds its own "
      "weights). Received: 'run.keras' --weights 'cifar10'"),
+    (["evaluate", "preact-21", "--weights", "cifar10"],
+     "Unknown model name 'preact-21'. Did you mean ["),  # a misspelt name, not a path
 ])
 def test_the_cli_names_what_goes_with_weights(argv, message, capsys):
     assert cli.main(argv) == 2
