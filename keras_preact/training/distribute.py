@@ -51,10 +51,12 @@ def cluster_workers() -> int:
     return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
 
 
-def has_gpu() -> bool:
+def gpu_count() -> int:
+    """The GPUs TensorFlow sees. Physical, not logical: listing logical devices starts the TF
+    context, after which MWMS can no longer configure its collectives."""
     import tensorflow as tf
 
-    return bool(tf.config.list_physical_devices("GPU"))
+    return len(tf.config.list_physical_devices("GPU"))
 
 
 # How long a worker waits for the other workers of TF_CONFIG by default (--connect-timeout).
@@ -118,13 +120,11 @@ def select_strategy(name: str = "auto", connect_timeout: float = CONNECT_TIMEOUT
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}. Valid strategies: {list(STRATEGIES)}.")
     workers = cluster_workers()  # also checks TF_CONFIG before TensorFlow reads it
-    # Physical, not logical: listing logical devices starts the TF context, after which MWMS
-    # can no longer configure its collectives.
-    gpus = tf.config.list_physical_devices("GPU")
+    gpus = gpu_count()
     if name == "auto":
         name = (
             "multi-worker" if workers > 1
-            else "mirrored" if len(gpus) > 1
+            else "mirrored" if gpus > 1
             else "one-device"
         )
     if name == "one-device":

@@ -121,7 +121,7 @@ def train(
         raise ValueError(f"`batch_size` (global) must be divisible by the "
                          f"{strat.num_replicas_in_sync} replicas. "
                          f"Received: batch_size={config.batch_size}")
-    if config.strategy != "tpu" and not distribute.has_gpu():
+    if config.strategy != "tpu" and not distribute.gpu_count():
         _warn_slow_cpu_settings(config.mixed_precision)
     examples = data.check_split(config.dataset, "train", config.data_dir, download)
     if not config.val_examples + config.batch_size <= examples:
@@ -290,9 +290,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
 
 def _machine(strat) -> str:
     """The host line of a session record, with the strategy's replicas and workers."""
-    import tensorflow as tf
-
-    gpus = len(tf.config.list_physical_devices("GPU"))
+    gpus = distribute.gpu_count()
     workers = distribute.cluster_workers()
     return (f"{host.describe()}{f', {gpus} GPU' if gpus else ''}; {type(strat).__name__}, "
             f"replicas: {strat.num_replicas_in_sync}{f', workers: {workers}' if workers else ''}")
