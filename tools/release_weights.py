@@ -17,8 +17,10 @@ import argparse
 import os
 
 import keras_preact
-from keras_preact import pretrained, rundir
-from keras_preact.training import data, evaluate
+from keras_preact import cli, pretrained, rundir
+
+cli.import_tensorflow()  # as `keras-preact` loads it: oneDNN on, no start-up log lines
+from keras_preact.training import data, evaluate  # noqa: E402  (imports TensorFlow)
 
 
 def main() -> None:
