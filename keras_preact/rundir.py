@@ -35,8 +35,14 @@ BACKUP = "backup"
 BACKUP_FILE = "latest.weights.h5"
 PREVIOUS_FILE = "previous.weights.h5"
 BACKUP_METADATA = "training_metadata.json"
-# `step` = optimizer iterations at the epoch end, `lr` = the rate of the epoch's last step.
-METRICS_COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy")
+# `step` = optimizer iterations at the epoch end, `lr` = the rate of the epoch's last step;
+# `val_*`: the slice held out of train (--val-examples N); `test_*`: the dataset's own held-out
+# split (CIFAR test, ImageNet validation), scored when no slice is held out, for curves like the
+# paper's Fig. 1 (nothing is decided from it). A row fills one pair; the other stays empty.
+METRICS_COLUMNS = ("epoch", "step", "lr", "loss", "accuracy", "val_loss", "val_accuracy",
+                   "test_loss", "test_accuracy")
+# What Keras' fit logs the held-out split as, and the columns it fills when it is the test split.
+TEST_COLUMNS = {"val_loss": "test_loss", "val_accuracy": "test_accuracy"}
 
 
 def read_config(run_dir: str | os.PathLike) -> dict:

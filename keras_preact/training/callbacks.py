@@ -207,6 +207,20 @@ def _scalars(logs) -> list[tuple[str, float]]:
     return [(k, float(v)) for k, v in (logs or {}).items() if k != "learning_rate"]
 
 
+class RenameLogs(keras.callbacks.Callback):
+    """Renames epoch log keys in place (`{"val_loss": "test_loss"}`), for the callbacks after
+    it: fit calls each one with the same logs dict."""
+
+    def __init__(self, names: dict[str, str]):
+        super().__init__()
+        self.names = names
+
+    def on_epoch_end(self, epoch, logs=None):
+        for old, new in self.names.items():
+            if logs is not None and old in logs:
+                logs[new] = logs.pop(old)
+
+
 class MetricsCSV(keras.callbacks.CSVLogger):
     """Keras' `CSVLogger` appending one row per epoch to `path`, in `METRICS_COLUMNS` order,
     with `step` (`optimizer.iterations` at the epoch end) and `lr` (the rate of the epoch's

@@ -129,6 +129,8 @@ def train(
                          f"+ `batch_size` must not exceed that. Received: "
                          f"val_examples={config.val_examples}, batch_size={config.batch_size}")
     train_split, val_split = data.train_val_splits(config.val_examples)
+    if not val_split:  # its epoch-end scores (`_fit`) need the dataset's held-out split
+        data.check_split(config.dataset, info.eval_split, config.data_dir)
     config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or (
         examples - config.val_examples) // config.batch_size)
     saved = {"model": model, **dataclasses.asdict(config), "family": info.family,
@@ -237,11 +239,11 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     image_size = spec.input_shape[0] if spec.family == "imagenet" else None
     train_ds = data.train_dataset(config.dataset, train_split, config.batch_size,
                                   config.data_dir, image_size=image_size, seed=config.seed)
-    val_ds = None
-    if val_split:
-        val_ds = data.eval_dataset(config.dataset, val_split, config.batch_size,
-                                   config.data_dir, image_size=image_size,
-                                   cache=spec.family == "cifar")
+    # Without a slice of train held out, each epoch end is scored on the dataset's own
+    # held-out split, for test-error curves like the paper's; no decision is made from them.
+    held_out = val_split or data.dataset_info(config.dataset).eval_split
+    val_ds = data.eval_dataset(config.dataset, held_out, config.batch_size, config.data_dir,
+                               image_size=image_size, cache=spec.family == "cifar")
     schedule = paper_schedule(
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
@@ -261,6 +263,8 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
+    if not val_split:  # first, so every later callback reads test_* for the test split
+        callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
                                                   schedule))
