@@ -2,8 +2,9 @@
 
 Each run directory holds the trainer's metrics CSV (`keras_preact.rundir`: one row per
 epoch, `step` = optimizer iterations).
-`plot_runs` overlays runs: training loss dashed (left axis), validation error solid (right axis),
-one colour per run, and the learning rate below. Figures are drawn on a plain
+`plot_runs` overlays runs: training loss dashed (left axis), error solid (right axis: on the
+official test split where the run recorded it, as the paper's figures do, else on the slice of
+train it held out), one colour per run, and the learning rate below. Figures are drawn on a plain
 `matplotlib.figure.Figure` with the Agg canvas, so no GUI backend and no global pyplot
 state is touched (notebooks still display the returned figure inline).
 """
@@ -82,8 +83,9 @@ def plot_runs(
 ) -> Figure:
     """Overlays the training curves of several runs, Fig. 1/6 style.
 
-    Top panel: training loss (dashed, left axis) and validation error % (solid, right axis) vs
-    iterations, the same colour per run. Bottom panel: learning rate vs iterations.
+    Top panel: training loss (dashed, left axis) and error % (solid, right axis: test error
+    where the run recorded it, `test_accuracy`, else validation error) vs iterations, the
+    same colour per run. Bottom panel: learning rate vs iterations.
 
     Args:
         run_dirs: directories each holding a `metrics.csv`.
@@ -118,17 +120,16 @@ def plot_runs(
         colour = f"C{k % 10}"
         steps = metrics["step"]
         ax_loss.plot(steps, metrics["loss"], "--", color=colour, label=f"{label} train loss")
-        if "val_accuracy" in metrics and not np.all(np.isnan(metrics["val_accuracy"])):
-            ax_err.plot(
-                steps, error_percent(metrics["val_accuracy"]), "-", color=colour,
-                label=f"{label} val error",
-            )
+        for column, name in (("test_accuracy", "test error"), ("val_accuracy", "val error")):
+            if column in metrics and not np.all(np.isnan(metrics[column])):
+                ax_err.plot(steps, error_percent(metrics[column]), "-", color=colour,
+                            label=f"{label} {name}")
         if "lr" in metrics:
             # The lr logged for an epoch held through it: a step plot ending at its step.
             ax_lr.plot(steps, metrics["lr"], "-", color=colour, label=label, drawstyle="steps-pre")
 
     ax_loss.set_ylabel("training loss (dashed)")
-    ax_err.set_ylabel("validation error % (solid)")
+    ax_err.set_ylabel("test / validation error % (solid)")
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("iterations")
     lrs = [m["lr"] for m in runs if "lr" in m]

@@ -1,11 +1,13 @@
 """Published weights: one record per (model name, tag), kept apart from the architecture.
 
 A record says where a `.weights.h5` file is (shipped inside the package, or at a URL that
-`keras.utils.get_file` downloads into Keras' cache), its SHA-256, and how it was made: the
-exact `keras-preact train` command, iterations, precision, wall time, machine, keras-preact
-version and the validation accuracy it reached. Files are in the plain layer form (Keras
-layer names), whatever form they were trained in. `applications.*(weights=TAG)` and
-`keras_preact.build(name, weights=TAG)` load them through `weights_file`.
+`keras.utils.get_file` downloads into Keras' cache), its SHA-256, how it was made (the exact
+`keras-preact train` command, iterations, precision, wall time, machine, keras-preact
+version) and its headline figure: accuracy on the dataset's official test split, measured on
+the published file, beside the paper's figure for the network it stands against. Files are
+in the plain layer form (Keras layer names), whatever form they were trained in.
+`applications.*(weights=TAG)` and `keras_preact.build(name, weights=TAG)` load them through
+`weights_file`.
 
 Example:
 >>> sorted(released("preact-20"))
@@ -38,8 +40,12 @@ class WeightsRecord:
     dataset: str  # the TFDS dataset it was trained on, e.g. "cifar10"
     file: str  # file name: in PACKAGE_DIR, or the cache name of a download
     sha256: str
-    val_accuracy: float  # on the validation slice the run held out (`val_split`)
-    val_split: str  # e.g. "train[45000:]" of CIFAR-10
+    # The headline figure: on the dataset's official held-out split (`test_split`), measured
+    # on this file with `keras-preact evaluate NAME --weights TAG --split test`.
+    test_accuracy: float
+    # The registered network whose paper figure (`keras_preact.paper`) this tag is compared
+    # with, e.g. "resnet-20" (He et al. 2015) for preact-20, which the paper does not report.
+    compare_with: str
     command: str  # the exact `keras-preact train ...` that made it
     iterations: int
     precision: str  # "float32" or a mixed precision policy
@@ -48,6 +54,16 @@ class WeightsRecord:
     keras_preact_version: str
     url: str | None = None  # None: shipped in the package
     note: str = ""  # e.g. a schedule shorter than the paper's
+    # A run that held a slice of train out (--val-examples N) also has its accuracy there.
+    val_accuracy: float | None = None
+    val_split: str | None = None  # e.g. "train[-5000:]" of CIFAR-10
+
+    @property
+    def test_split(self) -> str:
+        """The split `test_accuracy` is measured on: "test" for CIFAR."""
+        from keras_preact.training.data import dataset_info
+
+        return dataset_info(self.dataset).eval_split
 
 
 _RECORDS: dict[tuple[str, str], WeightsRecord] = {}
@@ -216,6 +232,7 @@ def _check_hash(path: str, record: WeightsRecord) -> None:
 register(WeightsRecord(
     model="preact-20", tag="cifar10", dataset="cifar10", file="preact-20-cifar10.weights.h5",
     sha256="97d2cd8067a381f751635c66e8766f84eff9c02151fd5702d71051237a12791b",
+    test_accuracy=0.9007, compare_with="resnet-20",
     val_accuracy=0.9154, val_split="train[-5000:]",
     command="keras-preact train preact-20 --steps 32000 --warmup-steps 400 --mixed-precision "
             "bfloat16 --data-dir DATA_DIR --seed 0 --output runs/preact-20-cifar10",
@@ -232,6 +249,7 @@ register(WeightsRecord(
 register(WeightsRecord(
     model="resnet-20", tag="cifar10", dataset="cifar10", file="resnet-20-cifar10.weights.h5",
     sha256="1ca6f18489e8c23c565b269db81d64848ad585de72d5b01829f5c88b856e71d3",
+    test_accuracy=0.8987, compare_with="resnet-20",
     val_accuracy=0.9064, val_split="train[-5000:]",
     command="keras-preact train resnet-20 --steps 24000 --warmup-steps 400 --mixed-precision "
             "bfloat16 --data-dir DATA_DIR --seed 0 --output runs/resnet-20-cifar10",

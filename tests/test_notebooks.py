@@ -51,7 +51,7 @@ from keras_preact.plotting import read_metrics
 m = read_metrics(RUN_DIR)
 print(json.dumps({"params": model.count_params(), "steps": m["step"].tolist(),
                   "val_accuracy": m["val_accuracy"].tolist(),
-                  "held_out": [held_out_accuracy, len(labels), record.val_accuracy],
+                  "test": [test_accuracy, len(labels), record.test_accuracy],
                   "label": names[label],
                   "labels": [s.decode() for s in outputs["labels"][0].numpy()],
                   "scores": outputs["scores"][0].numpy().tolist(),
@@ -62,8 +62,8 @@ print(json.dumps({"params": model.count_params(), "steps": m["step"].tolist(),
     assert 10.3e6 < got["params"] < 10.6e6  # preact-1001, incl. BN moving statistics
     assert got["steps"] == [2.0 * k for k in range(1, 11)]  # 20 steps, logged every 2
     assert all(0.0 <= a <= 1.0 for a in got["val_accuracy"])
-    accuracy, examples, recorded = got["held_out"]  # the published preact-20, not the short run
-    assert examples == 5000 and accuracy == pytest.approx(recorded, abs=0.003)
+    accuracy, examples, recorded = got["test"]  # the published preact-20, not the short run
+    assert examples == 10000 and accuracy == pytest.approx(recorded, abs=0.003)
     assert len(got["labels"]) == 5 and len(set(got["labels"])) == 5
     assert got["labels"][0] == got["label"]  # the served network classifies it right
     assert got["scores"] == sorted(got["scores"], reverse=True) and sum(got["scores"]) <= 1.0001

@@ -1,4 +1,4 @@
-"""Plotting: the figure's lines carry the CSV's numbers; dashed = train loss, solid = val error."""
+"""Plotting: the figure's lines carry the CSV's numbers; dashed = train loss, solid = error."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import os
 import numpy as np
 import pytest
 
-from keras_preact import cli, plotting
+from keras_preact import cli, plotting, rundir
 
 HEADER = "epoch,step,lr,loss,accuracy,val_loss,val_accuracy\n"
 
 
-def write_run(tmp_path, name, rows):
+def write_run(tmp_path, name, rows, header=HEADER):
     run_dir = tmp_path / name
     run_dir.mkdir()
     lines = [",".join(str(v) for v in row) for row in rows]
-    (run_dir / "metrics.csv").write_text(HEADER + "\n".join(lines) + "\n")
+    (run_dir / "metrics.csv").write_text(header + "\n".join(lines) + "\n")
     return run_dir
 
 
@@ -60,6 +60,16 @@ def test_plot_runs_lines_carry_the_metrics(two_runs, tmp_path):
     assert lines["resnet-110"].get_color() != lines["preact-110"].get_color()
     np.testing.assert_allclose(lines["resnet-110"].get_ydata(), [0.1, 0.1, 0.01])
     assert fig.axes[1].get_yscale() == "log"
+
+
+def test_a_run_without_a_validation_slice_plots_its_test_error(tmp_path):
+    # What the trainer writes with --val-examples 0 (rundir.METRICS_COLUMNS)
+    run = write_run(tmp_path, "preact-20", [(0, 390, 0.1, 1.8, 0.31, "", "", 1.6, 0.41),
+                                            (1, 780, 0.1, 1.4, 0.50, "", "", 1.2, 0.57)],
+                    header=",".join(rundir.METRICS_COLUMNS) + "\n")
+    lines = lines_by_label(plotting.plot_runs([run]))
+    np.testing.assert_allclose(lines["preact-20 test error"].get_ydata(), [59.0, 43.0])
+    assert "preact-20 val error" not in lines
 
 
 def test_plot_runs_writes_image_atomically(two_runs, tmp_path):

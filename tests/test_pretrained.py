@@ -24,8 +24,8 @@ def weights_h5(tmp_path_factory):
 
 def record_for(path, **changes):
     fields = dict(model="preact-20", tag="test", dataset="cifar10", file=os.path.basename(path),
-                  sha256=pretrained.sha256_of(path), val_accuracy=0.9123,
-                  val_split="train[45000:]", command="keras-preact train preact-20 ...",
+                  sha256=pretrained.sha256_of(path), test_accuracy=0.9123,
+                  compare_with="resnet-20", command="keras-preact train preact-20 ...",
                   iterations=64000, precision="float32", wall_time_h=4.0, machine="2 vCPU",
                   keras_preact_version="0.1.0", url=f"file://{path}")
     return pretrained.WeightsRecord(**{**fields, **changes})
@@ -93,8 +93,9 @@ def test_unknown_tags_name_the_published_ones(published):
 def test_list_weights_shows_each_tag_with_its_accuracy(published, capsys):
     assert cli.main(["list", "--weights"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["preact-20", "test", "91.23", "%", "train[45000:]", "64000",
-                              "float32", out[0].split()[-1]]
+    assert out[0].split() == ["preact-20", "test", "91.23", "%", "(8.77", "%)", "resnet-20:",
+                              "8.75", "(He", "et", "al.", "2015)", "64000", "float32",
+                              out[0].split()[-1]]
     assert out[0].endswith("preact-20-test.weights.h5")
     assert cli.main(["list", "resnet-*", "--weights"]) == 2
     assert capsys.readouterr().err == (

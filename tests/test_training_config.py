@@ -185,7 +185,7 @@ def test_a_failed_atomic_write_keeps_the_old_file(tmp_path):
 
 def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
     """Keras' CSVLogger with step and lr added: a rerun appends without a second header;
-    without a validation slice the val columns are empty."""
+    without a held-out split the val and test columns are empty."""
     import keras
     import numpy as np
 
@@ -206,7 +206,7 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
     rows = [line.split(",") for line in lines[1:]]
     assert [r[:3] for r in rows] == [["0", "2", "0.1"], ["1", "4", "0.1"],
                                      ["2", "6", "0.01"], ["3", "8", "0.001"]]
-    assert all(float(r[3]) > 0 and 0 <= float(r[4]) <= 1 and r[5:] == ["", ""] for r in rows)
+    assert all(float(r[3]) > 0 and 0 <= float(r[4]) <= 1 and r[5:] == [""] * 4 for r in rows)
 
 
 def test_the_seed_fixes_the_initial_weights():

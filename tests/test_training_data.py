@@ -1,6 +1,9 @@
 """Input pipelines: the paper's CIFAR augmentation, ImageNet crops, TFDS splits (mock data)."""
 
+import json
+import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -41,10 +44,22 @@ def test_train_and_val_splits_carve_the_end_of_train():
     assert data.train_val_splits(0) == ("train", None)
 
 
-def test_real_cifar10_split_sizes_and_missing_test_split(cifar10_data_dir):
+def test_real_cifar10_split_sizes(cifar10_data_dir):
     assert data.check_split("cifar10", "train[:-5000]", cifar10_data_dir) == 45000
+    assert data.check_split("cifar10", "test", cifar10_data_dir) == 10000
+
+
+def test_a_missing_split_names_the_available_ones(cifar10_data_dir, tmp_path):
+    # A data dir of its own whose cifar10 has no test split: the real one's info, minus it.
+    version = "cifar10/3.0.2"
+    (tmp_path / version).mkdir(parents=True)
+    for name in ("features.json", "label.labels.txt"):
+        shutil.copy(f"{cifar10_data_dir}/{version}/{name}", tmp_path / version)
+    info = json.loads(pathlib.Path(f"{cifar10_data_dir}/{version}/dataset_info.json").read_text())
+    info["splits"] = [s for s in info["splits"] if s["name"] != "test"]
+    (tmp_path / version / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(ValueError, match="no split 'test'.*Available: \\['train'\\]"):
-        data.check_split("cifar10", "test", cifar10_data_dir)
+        data.check_split("cifar10", "test", str(tmp_path))
 
 
 @pytest.mark.parametrize("split, reason", [

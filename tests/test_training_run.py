@@ -43,7 +43,8 @@ def test_run_dir_layout_and_loss_falls(finished_run):
     hours, machines = rundir.training_time(run_dir)
     assert hours == pytest.approx(session["seconds"] / 3600) and machines == [session["machine"]]
     with open(os.path.join(run_dir, "metrics.csv")) as f:
-        assert f.readline().strip() == "epoch,step,lr,loss,accuracy,val_loss,val_accuracy"
+        assert f.readline().strip() == ("epoch,step,lr,loss,accuracy,val_loss,val_accuracy,"
+                                        "test_loss,test_accuracy")
     rows = _metrics(run_dir)
     assert [int(r["step"]) for r in rows] == [30, 60, 90]
     # lr of each epoch's last step (iterations 29, 59, 89): drops at 45 and 68 of 90 steps.
@@ -56,6 +57,22 @@ def test_run_dir_layout_and_loss_falls(finished_run):
     assert config["steps"] == 90 and config["batch_size"] == 64 and config["replicas"] == 1
     assert set(config["versions"]) >= {"keras", "tensorflow", "keras_preact"}
     assert int(model.optimizer.iterations.numpy()) == 90
+
+
+def test_without_a_validation_slice_each_epoch_is_scored_on_the_test_split(tmp_path,
+                                                                          cifar10_data_dir):
+    """--val-examples 0 (the paper's runs, on all of train): test-error curves as in Fig. 1,
+    each row the trained model's own score on the official test split."""
+    run_dir = str(tmp_path / "all-of-train")
+    model = training.train("preact-20", output=run_dir, data_dir=cifar10_data_dir, steps=20,
+                           steps_per_epoch=10, batch_size=32, val_examples=0, overrides=TINY,
+                           seed=0, verbose=0)
+    rows = _metrics(run_dir)
+    assert [r["val_accuracy"] for r in rows] == ["", ""]
+    assert all(float(r["test_loss"]) > 0 for r in rows)
+    measured = training.evaluate(model, dataset="cifar10", split="test", data_dir=cifar10_data_dir)
+    assert measured["examples"] == 10000
+    assert float(rows[-1]["test_accuracy"]) == pytest.approx(measured["accuracy"], abs=1e-4)
 
 
 # Loads RUN/model.keras with Keras alone (keras_preact cannot be imported), safe mode on.

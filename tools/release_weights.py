@@ -1,11 +1,13 @@
 """Maintainers: turn a finished `keras-preact train` run into published weights.
 
     python tools/release_weights.py RUN_DIR --tag cifar10 --data-dir DIR \
-        --command "keras-preact train ..." [--note "..."]
+        --compare-with resnet-20 --command "keras-preact train ..." [--note "..."]
 
 Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
-RUN_DIR/model.keras, whatever form the run trained in), measures its accuracy on the run's
-validation slice with `keras_preact.training.evaluate`, and prints the
+RUN_DIR/model.keras, whatever form the run trained in), measures that file's accuracy on the
+dataset's official test split (and on the run's validation slice, if it held one out) with
+`keras_preact.training.evaluate`, as `keras-preact evaluate NAME --weights TAG` does, and
+prints the
 `pretrained.register(...)` call to paste at the bottom of keras_preact/pretrained.py. The
 figures come from the run's own files (config.json; sessions.json for the wall time, summed
 over every session, and the machines) and this evaluation, never typed by hand.
@@ -29,6 +31,8 @@ def main() -> None:
     p.add_argument("--tag", required=True)
     p.add_argument("--data-dir", help="TFDS data dir holding the run's dataset")
     p.add_argument("--command", required=True, help="the exact train command that made the run")
+    p.add_argument("--compare-with", required=True,
+                   help="the registered name whose paper figure the tag stands against")
     p.add_argument("--note", default="")
     args = p.parse_args()
 
@@ -43,14 +47,17 @@ def main() -> None:
     path = os.path.join(pretrained.PACKAGE_DIR, file)
     os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
     model.save_weights(path)
+    test_split = data.dataset_info(config["dataset"]).eval_split
     _, val_split = data.train_val_splits(config["val_examples"])
-    result = evaluate(model, dataset=config["dataset"], split=val_split,
-                      data_dir=args.data_dir, download=False)
+    accuracy = {split: round(evaluate(model, dataset=config["dataset"], split=split,
+                                      data_dir=args.data_dir, download=False)["accuracy"], 4)
+                for split in (test_split, val_split) if split}
     precision = "float32" if config["mixed_precision"] == "off" else config["mixed_precision"]
     record = pretrained.WeightsRecord(
         model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
-        sha256=pretrained.sha256_of(path),
-        val_accuracy=round(result["accuracy"], 4), val_split=val_split, command=args.command,
+        sha256=pretrained.sha256_of(path), test_accuracy=accuracy[test_split],
+        compare_with=args.compare_with, val_accuracy=accuracy.get(val_split),
+        val_split=val_split, command=args.command,
         iterations=config["steps"], precision=precision, wall_time_h=round(hours, 2),
         machine="; ".join(machines), keras_preact_version=config["versions"]["keras_preact"],
         note=args.note)

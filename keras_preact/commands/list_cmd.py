@@ -61,10 +61,14 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
 
 def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list[str]]]:
     from keras_preact import pretrained
+    from keras_preact.paper import PAPER_RESULTS
 
-    header = ["name", "weights", "val. accuracy", "on", "iterations", "precision", "file"]
+    header = ["name", "weights", "test accuracy (error)", "paper error (%)", "iterations",
+              "precision", "file"]
     records = pretrained.all_records()
-    rows = [[r.model, r.tag, f"{100 * r.val_accuracy:.2f} %", r.val_split, str(r.iterations),
+    rows = [[r.model, r.tag,
+             f"{100 * r.test_accuracy:.2f} % ({100 - 100 * r.test_accuracy:.2f} %)",
+             f"{r.compare_with}: {PAPER_RESULTS[r.compare_with]}", str(r.iterations),
              r.precision, r.url or r.file]
             for r in records if r.model in names]
     if not rows:

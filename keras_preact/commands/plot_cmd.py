@@ -10,9 +10,10 @@ from keras_preact.rundir import METRICS
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
-        help=f"plot runs' {METRICS}: train loss (dashed), validation error (solid), lr",
+        help=f"plot runs' {METRICS}: train loss (dashed), test or validation error (solid), lr",
         description="Overlays the training curves of runs written by `keras-preact train`, "
-        "in the style of the paper's Fig. 1/6: training loss dashed, validation error solid, one "
+        "in the style of the paper's Fig. 1/6: training loss dashed, test error (validation error "
+        "for a run that held a slice of train out) solid, one "
         "colour per run, learning rate below; x axis = iterations.",
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help=f"directory with {METRICS}")
