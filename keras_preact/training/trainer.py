@@ -279,6 +279,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
 
     if config.deterministic:  # process-wide: TensorFlow has no public way back
         tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
     train_ds = data.train_dataset(source, train_split, config.batch_size, config.data_dir,
