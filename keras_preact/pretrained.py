@@ -183,7 +183,7 @@ def start_from(model_name: str, spec, weights: str) -> Start:
                                     f"{rundir.MODEL}.")
         trained = resolve(config.get("model"), **config.get("overrides", {}))
         _check_same_network(spec, trained, f"run {weights!r}")
-        return Start(weights, path, trained.classes)
+        return _loadable(spec, Start(weights, path, trained.classes))
     if str(weights).endswith(".weights.h5"):
         path = weights_path(model_name, weights, spec)
         try:
@@ -195,11 +195,23 @@ def start_from(model_name: str, spec, weights: str) -> Start:
         if classes is None:
             raise ValueError(f"{path!r} holds no classifier (saved with include_top=False?): "
                              "train starts from a whole classifier's weights.")
-        return Start(weights, path, classes)
+        return _loadable(spec, Start(weights, path, classes))
     record = released(model_name).get(weights)
     classes = dataset_info(record.dataset).classes if record else spec.classes
     path = weights_path(model_name, weights, dataclasses.replace(spec, classes=classes))
     return Start(weights, path, classes)
+
+
+def _loadable(spec, start: Start) -> Start:
+    """`start`, once its file is checked to load into the network `spec` describes (a file
+    of another network fails here, before a run dir is written)."""
+    from keras_preact import scan
+    from keras_preact.builder import build_from_spec
+
+    trained = dataclasses.replace(spec, classes=start.classes)
+    model = build_from_spec(trained, stages="scan" if scan.scannable(trained) else "layers")
+    load_weights(model, trained, start.path)
+    return start
 
 
 def _check_same_network(spec, trained, what: str) -> None:
