@@ -33,6 +33,11 @@ def stem(x, spec: ResNetSpec):
     return blocks.apply_ops(x, missing, lambda kind: f"stem_{kind}")
 
 
+# The classifier layer's name: what a fine-tune to other classes initializes anew
+# (`keras_preact.pretrained.load_start`).
+CLASSIFIER = "predictions"
+
+
 def head(x, spec: ResNetSpec):
     """Pre-activation nets end with one more BN-ReLU after the last addition (their units
     leave the sum un-normalized), then global average pooling and the classifier."""
@@ -45,7 +50,7 @@ def head(x, spec: ResNetSpec):
             kernel_initializer=blocks.dense_init(),
             # Under a mixed precision policy the softmax and the loss stay in float32.
             dtype="float32",
-            name="predictions",
+            name=CLASSIFIER,
         )(x)
     if spec.pooling == "avg":
         return keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)

@@ -200,7 +200,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     metadata = {
         "model": name,
         "preprocessing": family_of(model),
-        LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1]))),
+        LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1], model_or_path))),
     }
     fn = inference_function(model)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -22,6 +22,7 @@ import keras
 
 from keras_preact import rundir, scan
 from keras_preact.api import load_for_inference
+from keras_preact.labels import recorded_names
 from keras_preact.serving.layout import check_name, check_version, publish_version
 
 RUN_FILES = (rundir.MODEL, rundir.CONFIG)
@@ -99,7 +100,8 @@ def export_saved_model(
             run dir's config `"model"` or `model.name`.
         version: a positive integer within int64; default the next free one. Existing
             versions are never overwritten (FileExistsError).
-        labels: class names in index order; default `keras_preact.labels.class_names`.
+        labels: class names in index order; default `keras_preact.labels.class_names` (those
+            a run dir recorded, e.g. its image folder's).
 
     Returns:
         The new version directory (`saved_model.pb`, `variables/`, `assets.extra/`).
@@ -124,6 +126,8 @@ def export_saved_model(
     model, default_name = load_for_export(model_or_path)
     name = name or check_name(default_name)
     model = serving_form(model)
+    if labels is None:  # a run dir's recorded names (a fine-tune on a folder), else defaults
+        labels = recorded_names(model_or_path)
     functions = build_signatures(model, labels)  # refuses a model or labels it cannot serve
     side = model_side(model)
 

@@ -71,14 +71,47 @@ def check_names(labels, classes: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def class_names(classes: int) -> tuple[str, ...]:
-    """Names for a classifier with `classes` outputs: CIFAR-10 (10), CIFAR-100 (100),
-    ImageNet (1000); otherwise `class_0`, `class_1`, ...
+def recorded_names(source) -> tuple[str, ...] | None:
+    """The class names a training run recorded (config.json "class_names": a folder's or a
+    dataset's), for `source` = its run dir or its model.keras; None for anything else.
+
+    Example:
+    >>> import tempfile
+    >>> from keras_preact import rundir
+    >>> run_dir = tempfile.mkdtemp()
+    >>> rundir.write_config(run_dir, {"class_names": ["cat", "dog"]})
+    >>> recorded_names(run_dir), recorded_names(os.path.join(run_dir, "model.keras"))
+    (('cat', 'dog'), ('cat', 'dog'))
+    """
+    from keras_preact import rundir
+
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    run_dir = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+    try:
+        names = rundir.read_config(run_dir).get("class_names")
+    except (OSError, ValueError):
+        return None
+    return tuple(names) if isinstance(names, list) and names else None
+
+
+def class_names(classes: int, source=None) -> tuple[str, ...]:
+    """Names for a classifier with `classes` outputs: those of `source` (a list of names, or a
+    run dir or model.keras whose run recorded them, `recorded_names`); else CIFAR-10 (10),
+    CIFAR-100 (100), ImageNet (1000); otherwise `class_0`, `class_1`, ...
 
     Example:
     >>> class_names(10)[:3]
     ('airplane', 'automobile', 'bird')
+    >>> class_names(2, ["cat", "dog"])
+    ('cat', 'dog')
     """
+    if source is not None and not isinstance(source, (str, os.PathLike)) and isinstance(
+            source, (Sequence, np.ndarray)):
+        return check_names(source, classes)
+    recorded = recorded_names(source)
+    if recorded is not None:
+        return check_names(recorded, classes)
     if classes == len(CIFAR10):
         return CIFAR10
     if classes == len(CIFAR100):
@@ -88,12 +121,17 @@ def class_names(classes: int) -> tuple[str, ...]:
     return tuple(f"class_{i}" for i in range(classes))
 
 
-def decode_predictions(preds, top: int = 5) -> list[list[tuple[int, str, float]]]:
-    """Top-`top` (class index, name, score) per row of a `(batch, classes)` prediction.
+def decode_predictions(preds, top: int = 5,
+                       class_names_from=None) -> list[list[tuple[int, str, float]]]:
+    """Top-`top` (class index, name, score) per row of a `(batch, classes)` prediction; the
+    names are `class_names(classes, class_names_from)`: pass a run dir (or a list of names)
+    for a network fine-tuned on your own classes.
 
     Example:
     >>> decode_predictions(np.eye(10)[[3]], top=1)
     [[(3, 'cat', 1.0)]]
+    >>> decode_predictions(np.eye(2)[[1]], top=1, class_names_from=["cat", "dog"])
+    [[(1, 'dog', 1.0)]]
     """
     preds = np.asarray(preds)
     if preds.ndim != 2:
@@ -102,7 +140,7 @@ def decode_predictions(preds, top: int = 5) -> list[list[tuple[int, str, float]]
         )
     if not is_positive_int(top):
         raise ValueError(f"`top` must be a positive integer. Received: top={top!r}")
-    names = class_names(preds.shape[1])
+    names = class_names(preds.shape[1], class_names_from)
     top = min(top, preds.shape[1])
     return [
         [(int(i), names[i], float(row[i])) for i in np.argsort(row)[::-1][:top]]

@@ -151,7 +151,9 @@ def load_weights(model, spec, path: str) -> None:
     from keras_preact.builder import build_from_spec
 
     try:
-        saved_scanned = scan.scannable(spec) and scan.holds_scanned_weights(path)
+        # A `.keras` file (a run's model.keras) always holds the plain layer graph.
+        saved_scanned = (scan.scannable(spec) and path.endswith(".weights.h5")
+                         and scan.holds_scanned_weights(path))
         if saved_scanned == scan.is_scanned(model):
             model.load_weights(path)
             return
@@ -167,6 +169,96 @@ def load_weights(model, spec, path: str) -> None:
     except OSError as error:  # h5py's, without the path
         raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
     scan.copy_weights(twin, model)
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Trained weights a training run starts from (`start_from`)."""
+
+    weights: str  # as given: a tag, a .weights.h5 file or a run dir
+    path: str  # the file read: a .weights.h5 file or a run's model.keras
+    classes: int  # the class count the file's classifier was trained for
+
+
+def start_from(model_name: str, spec, weights: str) -> Start:
+    """Where `weights` (a published tag of `model_name`, a `.weights.h5` file or a run dir)
+    is and how many classes it was trained for, checked before any work: the network must be
+    `spec`'s, the head aside (`load_start` replaces a classifier of another class count).
+    """
+    import h5py
+
+    from keras_preact import rundir
+    from keras_preact.specs import resolve
+    from keras_preact.training.data import dataset_info
+
+    if os.path.isdir(weights):
+        config = rundir.read_config(weights)
+        path = os.path.join(weights, rundir.MODEL)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--weights {weights!r} is not a finished run: it has no "
+                                    f"{rundir.MODEL}.")
+        trained = resolve(config.get("model"), **config.get("overrides", {}))
+        _check_same_network(spec, trained, f"run {weights!r}")
+        return _loadable(spec, Start(weights, path, trained.classes))
+    if str(weights).endswith(".weights.h5"):
+        path = weights_path(model_name, weights, spec)
+        try:
+            with h5py.File(path, "r") as f:  # Keras names the classifier's group "dense..."
+                heads = sorted(k for k in f.get("layers", {}) if k.startswith("dense"))
+                classes = int(f["layers"][heads[-1]]["vars"]["1"].shape[0]) if heads else None
+        except OSError as error:
+            raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
+        if classes is None:
+            raise ValueError(f"{path!r} holds no classifier (saved with include_top=False?): "
+                             "train starts from a whole classifier's weights.")
+        return _loadable(spec, Start(weights, path, classes))
+    record = released(model_name).get(weights)
+    classes = dataset_info(record.dataset).classes if record else spec.classes
+    path = weights_path(model_name, weights, dataclasses.replace(spec, classes=classes))
+    return Start(weights, path, classes)
+
+
+def _loadable(spec, start: Start) -> Start:
+    """`start`, once its file is checked to load into the network `spec` describes (a file
+    of another network fails here, before a run dir is written)."""
+    from keras_preact import scan
+    from keras_preact.builder import build_from_spec
+
+    trained = dataclasses.replace(spec, classes=start.classes)
+    model = build_from_spec(trained, stages="scan" if scan.scannable(trained) else "layers")
+    load_weights(model, trained, start.path)
+    return start
+
+
+def _check_same_network(spec, trained, what: str) -> None:
+    differ = [f.name for f in dataclasses.fields(spec) if f.name not in HEAD_FIELDS
+              and f.name != "classes" and getattr(spec, f.name) != getattr(trained, f.name)]
+    if differ:
+        raise ValueError(f"The weights of {what} are for another network: "
+                         + ", ".join(f"{n}={getattr(trained, n)!r}" for n in differ)
+                         + ". Received: " + ", ".join(f"{n}={getattr(spec, n)!r}" for n in differ))
+
+
+def load_start(model, spec, start: Start) -> tuple[list[str], list[str]]:
+    """Loads `start` into `model` (built from `spec`, in either form): every layer when the
+    class counts match; else every layer but the classifier, which keeps its initial
+    weights. Returns the names of the layers `(loaded, initialized)`."""
+    from keras_preact.builder import CLASSIFIER, build_from_spec
+    from keras_preact.scan import is_scanned
+
+    with_weights = [layer for layer in model.layers if layer.weights]
+    if start.classes == spec.classes:
+        load_weights(model, spec, start.path)
+        return [layer.name for layer in with_weights], []
+    trained_spec = dataclasses.replace(spec, classes=start.classes)
+    trained = build_from_spec(trained_spec, name=model.name,
+                              stages="scan" if is_scanned(model) else "layers")
+    load_weights(trained, trained_spec, start.path)
+    head = model.get_layer(CLASSIFIER)  # the one layer whose shapes differ
+    for layer in with_weights:
+        if layer is not head:
+            layer.set_weights(trained.get_layer(layer.name).get_weights())
+    return [layer.name for layer in with_weights if layer is not head], [head.name]
 
 
 def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:

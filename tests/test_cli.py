@@ -112,7 +112,10 @@ def test_the_console_shows_only_our_lines(cifar10_data_dir, tmp_path):
     quiet = subprocess.run([*argv, "--output", str(tmp_path / "q")], capture_output=True,
                            text=True, timeout=600, env=env)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-3000:]
-    assert quiet.stdout.splitlines()[0].startswith("epoch 1/1 - step 2/2 - ")
+    assert quiet.stdout.splitlines()[0] == ("keras-preact: cifar10: 10 classes, training on "
+                                            "train[:-16] (49984 images), validating on "
+                                            "train[-16:]")
+    assert quiet.stdout.splitlines()[1].startswith("epoch 1/1 - step 2/2 - ")
     verbose = subprocess.run([*argv, "--output", str(tmp_path / "v"), "--verbose"],
                              capture_output=True, text=True, timeout=600, env=env)
     assert verbose.returncode == 0 and "I0000" in verbose.stderr

@@ -44,7 +44,7 @@ def test_each_field_is_a_train_flag_with_its_default(f):
 
 
 def test_defaults_are_the_papers_recipe():
-    config = TrainConfig()
+    config = TrainConfig().recipe()
     assert (config.steps, config.batch_size, config.lr, config.momentum, config.weight_decay,
             config.warmup_lr, config.nesterov) == (64000, 128, 0.1, 0.9, 1e-4, 0.01, False)
     from keras_preact import scan
@@ -54,9 +54,9 @@ def test_defaults_are_the_papers_recipe():
 
 def test_resume_keys_and_what_a_diverged_run_may_change():
     assert recipe.RESUME_KEYS == (
-        "model", "overrides", "dataset", "steps", "batch_size", "lr", "warmup_steps",
-        "warmup_lr", "nesterov", "momentum", "weight_decay", "val_examples", "steps_per_epoch",
-        "mixed_precision", "stages")
+        "model", "overrides", "dataset", "weights", "freeze", "steps", "batch_size", "lr",
+        "warmup_steps", "warmup_lr", "nesterov", "momentum", "weight_decay", "val_examples",
+        "steps_per_epoch", "mixed_precision", "stages")
     assert recipe.DIVERGED_MAY_CHANGE == ("lr", "warmup_steps", "warmup_lr")
 
 
@@ -65,7 +65,8 @@ def test_resume_keys_and_what_a_diverged_run_may_change():
     ({"batch_size": True}, "`batch_size` must be a positive integer. Received: batch_size=True"),
     ({"steps_per_epoch": 2.5}, "Received: steps_per_epoch=2.5"),
     ({"backup_every": -1}, "`backup_every` must be a positive integer. Received: backup_every=-1"),
-    ({"val_examples": -1}, "`val_examples` must be an integer >= 0. Received: val_examples=-1"),
+    ({"val_examples": -1},
+     "`val_examples` must be None or an integer >= 0. Received: val_examples=-1"),
     ({"steps": 100, "warmup_steps": 100},
      "`warmup_steps` must be an integer in [0, steps=100). Received: warmup_steps=100"),
     ({"lr": float("nan")}, "Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= "
@@ -76,8 +77,7 @@ def test_resume_keys_and_what_a_diverged_run_may_change():
                           "'multi-worker', 'tpu']."),
     ({"mixed_precision": "fp8"}, "Unknown mixed_precision 'fp8'. Valid: ['off', 'bfloat16', "
                                  "'float16']."),
-    ({"dataset": "mnist"}, "Unknown dataset 'mnist'. Valid: ['cifar10', 'cifar100', "
-                           "'imagenet2012']."),
+    ({"freeze": "all"}, "Unknown freeze 'all'. Valid: ['none', 'bn', 'backbone']."),
     # Was accepted, then refused by keras.utils.set_random_seed after the run dir was made.
     ({"seed": -1}, "`seed` must be None or an integer in [0, 2**32). Received: seed=-1"),
     ({"seed": 2**32}, "Received: seed=4294967296"),
@@ -111,10 +111,11 @@ print(cli.main(["train", "preact-20", "--output", "/nonexistent/run", "--strateg
 
 
 # config.json's entries, in order (the resume check and readers such as export rely on them).
-CONFIG_KEYS = ["model", "overrides", "dataset", "data_dir", "steps", "batch_size", "lr",
-               "warmup_steps", "warmup_lr", "nesterov", "momentum", "weight_decay",
-               "val_examples", "steps_per_epoch", "strategy", "mixed_precision", "jit_compile",
-               "stages", "recompute", "backup_every", "seed", "family", "classes", "replicas",
+CONFIG_KEYS = ["model", "overrides", "dataset", "data_dir", "weights", "freeze", "steps",
+               "batch_size", "lr", "warmup_steps", "warmup_lr", "nesterov", "momentum",
+               "weight_decay", "val_examples", "steps_per_epoch", "strategy", "mixed_precision",
+               "jit_compile", "stages", "recompute", "backup_every", "seed", "deterministic",
+               "family", "classes", "class_names", "train_split", "val_split", "replicas",
                "versions"]
 
 

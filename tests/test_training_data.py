@@ -105,5 +105,5 @@ def test_imagenet_scale_aspect_augmentation_keeps_size_and_range():
 
 
 def test_unknown_dataset_is_rejected():
-    with pytest.raises(ValueError, match="Unknown dataset 'mnist'.*cifar10"):
-        data.dataset_info("mnist")
+    with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'.*cifar10.*TFDS.*folder"):
+        data.dataset_info("no_such_set")

@@ -7,15 +7,18 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
+from keras_preact.training.data import DATASET_HELP
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("evaluate", help="accuracy / error of a trained model on a split")
     add_model_arguments(p)
-    p.add_argument("--dataset", default="cifar10", help="cifar10 | cifar100 | imagenet2012")
+    p.add_argument("--dataset", default="cifar10", metavar="NAME|FOLDER",
+                   help=f"{DATASET_HELP} (default %(default)s)")
     p.add_argument("--split", default=None,
                    help='TFDS split, e.g. "train[45000:]" (default: the dataset\'s labelled '
-                   'held-out split: test for CIFAR, validation for imagenet2012)')
+                   'held-out split: test for CIFAR, validation for imagenet2012; a folder\'s '
+                   'images: all, or a slice such as "all[-60:]")')
     p.add_argument("--data-dir", default=None, help="TFDS data_dir")
     p.add_argument("--no-download", dest="download", action="store_false",
                    help="fail instead of letting TFDS download a dataset that is not prepared")
@@ -28,13 +31,11 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import_tensorflow(args.verbose)
     from keras_preact import training
-    from keras_preact.training.data import dataset_info
 
-    split = args.split or dataset_info(args.dataset).eval_split
-    result = training.evaluate(model_from_args(args), dataset=args.dataset, split=split,
+    result = training.evaluate(model_from_args(args), dataset=args.dataset, split=args.split,
                                data_dir=args.data_dir, download=args.download,
                                batch_size=args.batch_size)
-    print(f"{args.dataset} {split}: error {result['error']:.2f} % "
+    print(f"{args.dataset} {result.pop('split')}: error {result['error']:.2f} % "
           f"(accuracy {result['accuracy']:.4f}, loss {result['loss']:.4f}, "
           f"{result['examples']} examples)")
     if args.json:

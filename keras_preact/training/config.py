@@ -13,7 +13,7 @@ import typing
 from collections.abc import Sequence
 
 from keras_preact import specs
-from keras_preact.training.data import DATASETS
+from keras_preact.training.data import DATASET_HELP
 from keras_preact.training.distribute import STRATEGIES
 
 # The Keras dtype policy of each `mixed_precision` choice.
@@ -26,6 +26,14 @@ SEED_LIMIT = 2**32
 # change (e.g. the strategy: a run may move from one GPU to several machines).
 KEEP = "keep"  # a rerun in the same RUN_DIR must keep it to resume
 RETUNE = "retune"  # the same, except after a divergence (its error advises changing them)
+# What `steps`, `lr` and `warmup_steps` left None become (`TrainConfig.recipe`): the paper's
+# recipe from random weights; from trained ones (`weights`), a short run at a tenth of the
+# rate without warm-up, as fine-tuning goes (the Keras transfer-learning guide).
+SCRATCH = {"steps": 64000, "lr": 0.1}
+FINE_TUNE = {"steps": 1000, "lr": 0.01, "warmup_steps": 0}
+# What `freeze` keeps as loaded: nothing; BatchNormalization layers (scale, offset and
+# statistics: they run in inference mode); or every layer but the classifier.
+FREEZE = ("none", "bn", "backbone")
 
 
 def field(default, help: str, *, resume: str | None = None, choices: tuple | None = None,
@@ -48,10 +56,12 @@ class TrainConfig:
 
     Example:
     >>> config = TrainConfig(steps=100, batch_size=32, overrides={"depth": 8})
-    >>> config.lr, config.steps, config.stages
+    >>> config.recipe().lr, config.steps, config.stages
     (0.1, 100, 'auto')
     >>> dataclasses.replace(config, lr=0.05).lr
     0.05
+    >>> TrainConfig(weights="cifar10").recipe().steps
+    1000
     >>> TrainConfig(steps=0)
     Traceback (most recent call last):
     ...
@@ -61,25 +71,39 @@ class TrainConfig:
     overrides: dict = field(
         dict, 'build() override, JSON value, e.g. --override depth=8 --override '
         'unit=\\"original\\" (repeatable)', resume=KEEP, flag="--override", metavar="FIELD=VALUE")
-    dataset: str = field("cifar10", "TFDS dataset (default %(default)s)", resume=KEEP,
-                         choices=tuple(DATASETS))
+    dataset: str = field("cifar10", f"{DATASET_HELP} (default %(default)s)", resume=KEEP,
+                         metavar="NAME|FOLDER")
     data_dir: str | None = field(None, "TFDS data_dir")
-    steps: int = field(64000, "total iterations (default %(default)s)", resume=KEEP)
+    weights: str | None = field(
+        None, "start from trained weights: a published tag of MODEL (e.g. cifar10), a "
+        ".weights.h5 file or a run dir; with another class count the classifier is new and "
+        "everything below it loaded. Fine-tuning defaults: --steps "
+        f"{FINE_TUNE['steps']}, --lr {FINE_TUNE['lr']}, --warmup-steps "
+        f"{FINE_TUNE['warmup_steps']}", resume=KEEP, metavar="TAG|FILE|RUN_DIR")
+    freeze: str = field("none", "keep loaded weights fixed: bn = BatchNorm layers (scale, "
+                        "offset and statistics), backbone = all but the classifier (default "
+                        "%(default)s)", resume=KEEP, choices=FREEZE)
+    steps: int | None = field(None, f"total iterations (default {SCRATCH['steps']}; "
+                              f"{FINE_TUNE['steps']} with --weights)", resume=KEEP)
     batch_size: int = field(128, "global batch, split across replicas; scale --lr with it "
                             "(default %(default)s)", resume=KEEP)
-    lr: float = field(0.1, "base learning rate (default %(default)s), divided by 10 at 50%% "
-                      "and 75%% of --steps (ImageNet: 1/3 and 2/3)", resume=RETUNE)
+    lr: float | None = field(None, f"base learning rate (default {SCRATCH['lr']}; "
+                             f"{FINE_TUNE['lr']} with --weights), divided by 10 at 50%% and "
+                             "75%% of --steps (ImageNet: 1/3 and 2/3)", resume=RETUNE)
     warmup_steps: int | None = field(
         None, "iterations at --warmup-lr first (default on CIFAR: the paper's 400 of 64000, "
-        "scaled with --steps, e.g. 1 for --steps 100; 0 on ImageNet)", resume=RETUNE)
+        "scaled with --steps, e.g. 1 for --steps 100; 0 on ImageNet and with --weights)",
+        resume=RETUNE)
     warmup_lr: float = field(0.01, "learning rate of the warm-up (default %(default)s)",
                              resume=RETUNE)
     nesterov: bool = field(False, "Nesterov momentum", resume=KEEP)
     momentum: float = field(0.9, "SGD momentum (default %(default)s)", resume=KEEP)
     weight_decay: float = field(1e-4, "gradient += wd * w, on every parameter "
                                 "(default %(default)s)", resume=KEEP)
-    val_examples: int = field(5000, "validation slice carved from the end of train (0: none; "
-                              "default %(default)s)", resume=KEEP)
+    val_examples: int | None = field(
+        None, "validation images held out of train (0: none, then each epoch is scored on the "
+        "dataset's test split; default: 5000 on CIFAR and ImageNet, 20%% of a folder, a TFDS "
+        "dataset's validation split, else 10%% of its train)", resume=KEEP)
     steps_per_epoch: int | None = field(
         None, "iterations per epoch (default: training examples // batch size)", resume=KEEP)
     strategy: str = field("auto", "tf.distribute strategy (default %(default)s)",
@@ -98,6 +122,9 @@ class TrainConfig:
                               "(default %(default)s)")
     seed: int | None = field(None, "seed of the initial weights and the data order "
                              "(keras.utils.set_random_seed)")
+    deterministic: bool = field(False, "the same weights on every run of the same command "
+                                "(op determinism, a fixed input order; --seed defaults to 0; "
+                                "slower, benchmarks/README.md)")
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", dict(self.overrides or {}))
@@ -107,29 +134,44 @@ class TrainConfig:
                 check_choice(f.name, value, f.metadata["choices"])
             if f.type == "bool" and not isinstance(value, bool):  # a truthy "no" is no switch
                 raise ValueError(f"`{f.name}` must be True or False. Received: {f.name}={value!r}")
-        check_positive(steps=self.steps, batch_size=self.batch_size,
-                       backup_every=self.backup_every)
-        if self.steps_per_epoch is not None:
-            check_positive(steps_per_epoch=self.steps_per_epoch)
-        if not (isinstance(self.val_examples, int) and self.val_examples >= 0):
-            raise ValueError(f"`val_examples` must be an integer >= 0. "
+        check_positive(batch_size=self.batch_size, backup_every=self.backup_every)
+        for name in ("steps", "steps_per_epoch"):
+            if getattr(self, name) is not None:
+                check_positive(**{name: getattr(self, name)})
+        if self.val_examples is not None and not (isinstance(self.val_examples, int)
+                                                  and self.val_examples >= 0):
+            raise ValueError(f"`val_examples` must be None or an integer >= 0. "
                              f"Received: val_examples={self.val_examples!r}")
+        if self.weights is not None and not (isinstance(self.weights, str) and self.weights):
+            raise ValueError(f"`weights` must be None, a published tag, a .weights.h5 file or "
+                             f"a run dir. Received: weights={self.weights!r}")
         seed = self.seed  # checked here: keras.utils.set_random_seed refuses it only later
         if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
                                      and 0 <= seed < SEED_LIMIT):
             raise ValueError(f"`seed` must be None or an integer in [0, 2**32). "
                              f"Received: seed={seed!r}")
-        warmup = self.warmup_steps
-        if warmup is not None and not (isinstance(warmup, int) and 0 <= warmup < self.steps):
-            raise ValueError(f"`warmup_steps` must be an integer in [0, steps={self.steps}). "
+        recipe = self.recipe()
+        warmup, steps = self.warmup_steps, recipe.steps
+        if warmup is not None and not (isinstance(warmup, int) and 0 <= warmup < steps):
+            raise ValueError(f"`warmup_steps` must be an integer in [0, steps={steps}). "
                              f"Received: warmup_steps={warmup!r}")
-        lr, warmup_lr, decay, momentum = self.lr, self.warmup_lr, self.weight_decay, self.momentum
+        lr, warmup_lr, decay, momentum = recipe.lr, self.warmup_lr, self.weight_decay, \
+            self.momentum
         rates = (lr, warmup_lr, decay, momentum)
         if not (all(isinstance(r, numbers.Real) and math.isfinite(r) for r in rates) and lr > 0
                 and warmup_lr > 0 and decay >= 0 and 0 <= momentum < 1):
             raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= "
                              f"momentum < 1. Received: lr={lr!r}, warmup_lr={warmup_lr!r}, "
                              f"weight_decay={decay!r}, momentum={momentum!r}")
+
+
+    def recipe(self) -> TrainConfig:
+        """This config with `steps`, `lr` and `warmup_steps` that were left None set to the
+        defaults of its start: `SCRATCH`, or `FINE_TUNE` with `weights` (a warm-up left None
+        from scratch is the trainer's: it depends on the dataset)."""
+        defaults = FINE_TUNE if self.weights is not None else SCRATCH
+        filled = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **filled) if filled else self
 
 
 def _names(*kinds: str | None) -> tuple[str, ...]:

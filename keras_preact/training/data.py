@@ -16,26 +16,83 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
-    family: str  # preprocessing family: "cifar" or "imagenet"
+    family: str | None  # preprocessing family it fixes ("cifar"/"imagenet"); None: the model's
     classes: int
-    eval_split: str  # the held-out split `evaluate` uses by default ("test" / "validation")
+    eval_split: str | None  # the labelled held-out split `evaluate` uses by default
+    class_names: tuple[str, ...] = ()
+    # The split the trainer validates on by default instead of carving train (a TFDS
+    # dataset's own "validation"), and the share of train it carves when there is none.
+    val_split: str | None = None
+    val_share: float = 0.0
+    val_examples: int | None = None  # a fixed count held out instead (the paper datasets)
 
 
+# Validation held out of CIFAR and ImageNet's train by default (`val_examples`).
+PAPER_VAL_EXAMPLES = 5000
 DATASETS = {
-    "cifar10": DatasetInfo("cifar", 10, "test"),
-    "cifar100": DatasetInfo("cifar", 100, "test"),
-    "imagenet2012": DatasetInfo("imagenet", 1000, "validation"),
+    "cifar10": DatasetInfo("cifar", 10, "test", val_examples=PAPER_VAL_EXAMPLES),
+    "cifar100": DatasetInfo("cifar", 100, "test", val_examples=PAPER_VAL_EXAMPLES),
+    "imagenet2012": DatasetInfo("imagenet", 1000, "validation",
+                                val_examples=PAPER_VAL_EXAMPLES),
 }
+# The share of a folder (as Keras' validation_split examples) or of a TFDS dataset's train
+# without a validation split that is held out by default.
+FOLDER_VAL_SHARE = 0.2
+TFDS_VAL_SHARE = 0.1
 CIFAR_PAD = 4  # zero pixels added on each side before the random 32x32 crop
 # fb.resnet.torch RandomSizedCrop: 8 %-100 % of the area, aspect ratio 3/4-4/3.
 IMAGENET_AREA = (0.08, 1.0)
 IMAGENET_ASPECT = (3 / 4, 4 / 3)
+DATASET_HELP = ("cifar10, cifar100, imagenet2012, any TFDS image-classification dataset by "
+                "name (e.g. tf_flowers), or a folder with one subfolder of images per class")
 
 
-def dataset_info(name: str) -> DatasetInfo:
-    if name not in DATASETS:
-        raise ValueError(f"Unknown dataset {name!r}. Valid datasets: {sorted(DATASETS)}.")
-    return DATASETS[name]
+def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
+    """What the trainer needs to know of `--dataset` `name`: a paper dataset (`DATASETS`), an
+    image folder (`folders.is_folder`) or any TFDS image-classification dataset; a one-line
+    ValueError for anything else. A TFDS dataset's splits are known once it is prepared.
+
+    Example:
+    >>> dataset_info("cifar10").class_names[:2]
+    ('airplane', 'automobile')
+    """
+    from keras_preact import labels
+    from keras_preact.training import folders
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"`dataset` must be a TFDS name or a folder. Received: {name!r}")
+    if name in DATASETS:
+        info = DATASETS[name]
+        return dataclasses.replace(info, class_names=labels.class_names(info.classes))
+    if folders.is_folder(name):
+        folder = folders.scan(name)
+        return DatasetInfo(None, len(folder.class_names), "all", folder.class_names,
+                           val_share=FOLDER_VAL_SHARE)
+    return _tfds_info(name, data_dir)
+
+
+def _tfds_info(name: str, data_dir: str | None) -> DatasetInfo:
+    """A TFDS dataset whose supervised keys are (Image, ClassLabel)."""
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # TFDS' DatasetNotFoundError lists every dataset it knows
+        raise ValueError(f"Unknown dataset {name!r} ({type(error).__name__}). Valid: "
+                         f"{DATASET_HELP}.") from None
+    info = builder.info
+    keys = info.supervised_keys or ()
+    features = [info.features[k] if isinstance(k, str) and k in info.features else None
+                for k in keys[:2]]
+    if not (len(features) == 2 and isinstance(features[0], tfds.features.Image)
+            and isinstance(features[1], tfds.features.ClassLabel)):
+        raise ValueError(f"TFDS dataset {name!r} is not image classification: its supervised "
+                         f"keys must be (Image, ClassLabel). Received: supervised_keys={keys!r}")
+    splits = set(info.splits)
+    held_out = next((s for s in ("test", "validation") if s in splits), None)
+    val = "validation" if "validation" in splits and held_out != "validation" else None
+    return DatasetInfo(None, features[1].num_classes, held_out, tuple(features[1].names),
+                       val_split=val, val_share=0.0 if val else TFDS_VAL_SHARE)
 
 
 def check_split(name: str, split: str, data_dir: str | None, download: bool = False) -> int:
@@ -43,14 +100,25 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
 
     With `download`, a dataset that is not prepared yet is downloaded and prepared by TFDS as
     usual (CIFAR; ImageNet needs TFDS's manual download). A `data_dir` that does not exist is
-    an error either way: a typo must not start a download somewhere else.
+    an error either way: a typo must not start a download somewhere else. An image folder's
+    images in `split` are decoded once (`folders.check_images`).
     Returns the number of examples in `split` (TFDS slicing syntax, e.g. "train[:45000]").
     """
     import os
 
     import tensorflow_datasets as tfds
 
-    dataset_info(name)
+    from keras_preact.training import folders
+
+    if folders.is_folder(name):
+        folder = folders.scan(name)
+        examples = folders.count(folder, split)
+        if examples < 1:
+            raise ValueError(f"Split {split!r} of image folder {name!r} holds no images "
+                             f"(it has {len(folder.files)}).")
+        folders.check_images(folder, split)
+        return examples
+    dataset_info(name, data_dir)
     if data_dir is not None and not os.path.isdir(data_dir):
         raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
     builder = tfds.builder(name, data_dir=data_dir)
@@ -100,11 +168,34 @@ def _download(builder, name: str) -> None:
         ) from None
 
 
-def train_val_splits(val_examples: int) -> tuple[str, str | None]:
-    """`train[:-N]` / `train[-N:]`: a validation slice carved from the training split."""
+def train_base(name) -> str:
+    """The split the trainer trains (and carves validation) from: "train" of a TFDS dataset,
+    "all" of an image folder or a tf.data.Dataset."""
+    from keras_preact.training import folders
+
+    return "all" if not isinstance(name, str) or folders.is_folder(name) else "train"
+
+
+def train_val_splits(val_examples: int, base: str = "train") -> tuple[str, str | None]:
+    """`train[:-N]` / `train[-N:]`: a validation slice carved from the training split (`base`:
+    "all" for an image folder or a tf.data.Dataset).
+
+    Example:
+    >>> train_val_splits(5000), train_val_splits(60, "all")
+    (('train[:-5000]', 'train[-5000:]'), ('all[:-60]', 'all[-60:]'))
+    """
     if val_examples == 0:
-        return "train", None
-    return f"train[:-{val_examples}]", f"train[-{val_examples}:]"
+        return base, None
+    return f"{base}[:-{val_examples}]", f"{base}[-{val_examples}:]"
+
+
+def default_val_examples(info: DatasetInfo, examples: int) -> int:
+    """Examples held out of `examples` training ones when `val_examples` is not given: the
+    paper datasets' 5000, else `info.val_share` of them (at least 1), or 0 when the dataset
+    has a validation split of its own (`info.val_split`)."""
+    if info.val_examples is not None:
+        return info.val_examples
+    return max(1, round(examples * info.val_share)) if info.val_share else 0
 
 
 def augment_cifar(image, seed=None):
@@ -146,20 +237,68 @@ def augment_imagenet(image, size: int = 224):
     return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
 
-def _load(name: str, split: str, data_dir: str | None, shuffle_files: bool):
+def _load(name, split: str, data_dir: str | None, shuffle_files: bool,
+          seed: int | None = None):
+    """`(uint8 RGB image, int64 label)` pairs of `split`: of a TFDS dataset (grayscale and
+    RGBA converted), an image folder, or a `tf.data.Dataset` given as `name`."""
+    import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    return tfds.load(
+    from keras_preact.training import folders
+
+    if isinstance(name, tf.data.Dataset):
+        return _slice(name, split).map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
+    if folders.is_folder(name):
+        return folders.load(folders.scan(name), split)
+    ds = tfds.load(
         name,
         split=split,
         data_dir=data_dir,
         download=False,
         as_supervised=True,
         shuffle_files=shuffle_files,
+        read_config=tfds.ReadConfig(shuffle_seed=seed),
     )
+    return ds.map(lambda x, y: (to_rgb(x), y))
 
 
-def _options():
+def to_rgb(image):
+    """A uint8 image with 1 (grayscale), 3 or 4 (RGBA: alpha dropped) channels as RGB."""
+    import tensorflow as tf
+
+    channels = image.shape[-1]
+    if channels == 1:
+        return tf.image.grayscale_to_rgb(image)
+    if channels == 4:
+        return image[..., :3]
+    if channels != 3:
+        raise ValueError(f"Images must have 1, 3 or 4 channels. Received: shape {image.shape}")
+    return image
+
+
+def count_examples(ds) -> int:
+    """Elements of a finite `tf.data.Dataset` (counted once when TensorFlow cannot tell)."""
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("The training tf.data.Dataset must be finite (one pass over your "
+                         "images, unbatched): the trainer repeats it. Received an infinite one.")
+    if n == tf.data.UNKNOWN_CARDINALITY:
+        n = int(ds.reduce(0, lambda count, _: count + 1))
+    return n
+
+
+def _slice(ds, split: str):
+    """`split` ("all", "all[:-N]", "all[-N:]") of a finite tf.data.Dataset."""
+    from keras_preact.training.folders import select
+
+    part = select(split)
+    start, stop, _ = part.indices(count_examples(ds))
+    return ds.skip(start).take(max(0, stop - start))
+
+
+def _options(deterministic: bool = False):
     import tensorflow as tf
 
     options = tf.data.Options()
@@ -168,30 +307,40 @@ def _options():
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.DATA
     )
-    options.deterministic = False
+    options.deterministic = deterministic
     return options
 
 
 def train_dataset(
-    name: str,
+    name,
     split: str,
     batch_size: int,
     data_dir: str | None = None,
     image_size: int | None = None,
     seed: int | None = None,
+    *,
+    family: str | None = None,
+    deterministic: bool = False,
 ):
     """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`.
 
     `batch_size` is the *global* batch: `model.fit` under a `tf.distribute` strategy splits
-    it across replicas (and shards it across workers).
+    it across replicas (and shards it across workers). `family` (default: the dataset's) is
+    the network's: images of any size are first resized to 32x32 for CIFAR nets
+    (`preprocessing.resize_for_eval`, as served) and crop-augmented to `image_size` for
+    ImageNet nets. `deterministic`: the same batches in the same order on every run with
+    the same `seed`.
     """
     import tensorflow as tf
 
     from keras_preact import preprocessing
 
-    info = dataset_info(name)
-    ds = _load(name, split, data_dir, shuffle_files=True)
-    if info.family == "cifar":
+    family = family or dataset_info(name, data_dir).family
+    ds = _load(name, split, data_dir, shuffle_files=True, seed=seed)
+    if family == "cifar":
+        if not _cifar_sized(name):
+            ds = ds.map(lambda x, y: (_resized(x, family, image_size), y),
+                        num_parallel_calls=tf.data.AUTOTUNE)
         # 50k 32x32 uint8 images are 150 MB: cache decoded, shuffle the whole split.
         ds = ds.cache().shuffle(50_000, seed=seed).repeat()
         ds = ds.map(lambda x, y: (augment_cifar(x), y), num_parallel_calls=tf.data.AUTOTUNE)
@@ -203,31 +352,49 @@ def train_dataset(
         )
     ds = ds.batch(batch_size, drop_remainder=True)
     ds = ds.map(
-        lambda x, y: (preprocessing.preprocess_input(x, info.family), y),
+        lambda x, y: (preprocessing.preprocess_input(x, family), y),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
+
+
+def _cifar_sized(name) -> bool:
+    """CIFAR's own images are 32x32 already: nothing to resize."""
+    return isinstance(name, str) and name in DATASETS and DATASETS[name].family == "cifar"
+
+
+def _resized(image, family: str, size: int | None):
+    """The served geometry (`preprocessing.resize_for_eval`), back in uint8 for the cache."""
+    import tensorflow as tf
+
+    from keras_preact import preprocessing
+
+    resized = preprocessing.resize_for_eval(image, family, size)
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
 
 
 def eval_dataset(
-    name: str,
+    name,
     split: str,
     batch_size: int,
     data_dir: str | None = None,
     image_size: int | None = None,
     cache: bool = False,
+    *,
+    family: str | None = None,
 ):
-    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224)."""
+    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224),
+    for a network of `family` (default: the dataset's)."""
     import tensorflow as tf
 
     from keras_preact import preprocessing
 
-    info = dataset_info(name)
+    family = family or dataset_info(name, data_dir).family
     ds = _load(name, split, data_dir, shuffle_files=False)
 
     def prepare(image, label):
-        image = preprocessing.resize_for_eval(image, info.family, image_size)
-        return preprocessing.preprocess_input(image, info.family), label
+        image = preprocessing.resize_for_eval(image, family, image_size)
+        return preprocessing.preprocess_input(image, family), label
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     if cache:

@@ -17,14 +17,16 @@ import platform
 import shutil
 import tempfile
 import warnings
+from collections.abc import Sequence
 
-from keras_preact import host, rundir
+from keras_preact import host, labels, rundir
 from keras_preact.files import atomic_path
 from keras_preact.introspect import family_of, outputs_logits
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute
 from keras_preact.training.config import (
     DIVERGED_MAY_CHANGE,
+    FREEZE,
     MIXED_PRECISION,
     RESUME_KEYS,
     STAGES,
@@ -38,6 +40,8 @@ from keras_preact.training.schedule import paper_schedule
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
 CIFAR_WARMUP_SHARE = 400 / 64000
+# config.json's "dataset" for images given as a tf.data.Dataset (`train(dataset=...)`).
+IN_MEMORY = "tf.data.Dataset"
 
 
 class TrainingDiverged(RuntimeError):
@@ -56,6 +60,7 @@ def train(
     download: bool = True,
     verbose: int = 1,
     connect_timeout: float | None = None,
+    class_names: Sequence[str] | None = None,
     **fields,
 ):
     """Trains registered network `model` with the recipe `config` (a `TrainConfig`, its
@@ -71,6 +76,12 @@ def train(
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     Multi-worker runs wait `connect_timeout` seconds at most for the other workers
     (default `distribute.CONNECT_TIMEOUT_S`, 5 minutes).
+    `dataset` may also be an image folder, any TFDS image-classification dataset, or a
+    `tf.data.Dataset` of unbatched `(uint8 image [h, w, 1|3|4], int label)` pairs with their
+    `class_names` (one pass; `val_examples` are held out of its end). `weights` starts from
+    trained weights (a published tag, a `.weights.h5` file or a run dir; another class count
+    gets a new classifier) with fine-tuning defaults (`config.FINE_TUNE`); `freeze` keeps
+    BatchNorm or the whole backbone fixed; `deterministic` gives the same weights every time.
     `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.scan`:
     same math, a much faster start and less memory) and other designs as plain layers;
     `model.keras` is always the plain layer graph. Returns the trained, compiled model in
@@ -83,13 +94,19 @@ def train(
     20
     """
     import keras_preact
+    from keras_preact import pretrained
 
     # --- Everything checkable without TensorFlow, before any work. ---
-    config = dataclasses.replace(config or TrainConfig(), **fields)
-    info = data.dataset_info(config.dataset)
+    images = fields.get("dataset")
+    if isinstance(images, str):
+        images = None
+    elif images is not None:  # the caller's tf.data.Dataset
+        fields["dataset"] = IN_MEMORY
+    config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
+    info = _dataset_info(config, images, class_names)
     overrides = config.overrides
     spec = keras_preact.resolve(model, **overrides)
-    if spec.family != info.family:
+    if info.family is not None and spec.family != info.family:
         raise ValueError(f"Model {model!r} is a {spec.family} network; dataset "
                          f"{config.dataset!r} needs a {info.family} one. "
                          f"Received: model={model!r}, dataset={config.dataset!r}")
@@ -99,14 +116,17 @@ def train(
     if spec.classes != info.classes:
         raise ValueError(f"{config.dataset!r} has {info.classes} classes. "
                          f"Received: classes={spec.classes}")
-    _check_input_size(spec, info.family)
+    _check_input_size(spec, spec.family)
+    start = None if config.weights is None else pretrained.start_from(model, spec,
+                                                                       config.weights)
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
                               "Choose another --output.")
     warmup_steps = config.warmup_steps
     config = dataclasses.replace(
-        config, overrides=overrides, stages=resolve_stages(config.stages, spec, output),
-        warmup_steps=default_warmup_steps(config.steps, info.family) if warmup_steps is None
+        config, overrides=overrides, stages=_stages(config, spec, output),
+        seed=0 if config.deterministic and config.seed is None else config.seed,
+        warmup_steps=default_warmup_steps(config.steps, spec.family) if warmup_steps is None
         else warmup_steps)
     _check_recompute(model, config.stages, config.recompute)
     if os.path.exists(os.path.join(output, rundir.MODEL)):
@@ -123,19 +143,37 @@ def train(
                          f"Received: batch_size={config.batch_size}")
     if config.strategy != "tpu" and not distribute.gpu_count():
         _warn_slow_cpu_settings(config.mixed_precision)
-    examples = data.check_split(config.dataset, "train", config.data_dir, download)
+    source = images if images is not None else config.dataset
+    base = data.train_base(source)
+    if images is not None:
+        examples = data.count_examples(images)
+    else:
+        examples = data.check_split(config.dataset, base, config.data_dir, download)
+        info = _dataset_info(config, images, class_names)  # a TFDS dataset's splits, prepared
+    if config.val_examples is None:
+        config = dataclasses.replace(config, val_examples=data.default_val_examples(
+            info, examples))
     if not config.val_examples + config.batch_size <= examples:
         raise ValueError(f"{config.dataset!r} has {examples} training examples: `val_examples` "
                          f"+ `batch_size` must not exceed that. Received: "
                          f"val_examples={config.val_examples}, batch_size={config.batch_size}")
-    train_split, val_split = data.train_val_splits(config.val_examples)
-    if not val_split:  # its epoch-end scores (`_fit`) need the dataset's held-out split
-        data.check_split(config.dataset, info.eval_split, config.data_dir)
-    config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or (
-        examples - config.val_examples) // config.batch_size)
-    saved = {"model": model, **dataclasses.asdict(config), "family": info.family,
-             "classes": info.classes, "replicas": strat.num_replicas_in_sync,
-             "versions": _versions()}
+    train_split, val_split = data.train_val_splits(config.val_examples, base)
+    if not config.val_examples and info.val_split:  # the dataset's own validation split
+        val_split = info.val_split
+    # Without validation, each epoch end is scored on the dataset's held-out split (if any).
+    held_out = val_split or (info.eval_split if base == "train" else None)
+    if held_out and images is None:
+        data.check_split(config.dataset, held_out, config.data_dir)
+    config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or max(1, (
+        examples - config.val_examples) // config.batch_size))
+    saved = {"model": model, **dataclasses.asdict(config), "family": spec.family,
+             "classes": info.classes, "class_names": list(info.class_names),
+             "train_split": train_split, "val_split": val_split,
+             "replicas": strat.num_replicas_in_sync, "versions": _versions()}
+    if verbose:
+        print(f"keras-preact: {config.dataset}: {info.classes} classes, training on "
+              f"{train_split} ({examples - config.val_examples} images), validating on "
+              f"{val_split or held_out or 'nothing'}", flush=True)
     # Non-chief workers write everything into a private temp dir (removed at the end); the
     # chief holds the run dir's lock while it trains (workers of one run share the dir).
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
@@ -143,8 +181,8 @@ def train(
         saved = _resume_config(output, saved)
         rundir.write_config(run_dir, saved)
         try:
-            return _fit(spec, model, config, strat, run_dir, output, chief,
-                        train_split, val_split, verbose)
+            return _fit(spec, model, config, strat, run_dir, output, chief, source,
+                        train_split, val_split, held_out, start, verbose)
         except TrainingDiverged as error:
             rundir.write_config(run_dir, {**saved, "diverged_at_step": error.step})
             raise
@@ -220,6 +258,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     # memory for no measurable speed (benchmarks/README.md, "Precision").
     scan.set_options(net, recompute=config.recompute,
                      recompute_bn=not MIXED_PRECISION[config.mixed_precision])
+    freeze(net, config.freeze)
     net.compile(
         optimizer=SGDWithL2(schedule, momentum=config.momentum, nesterov=config.nesterov,
                             l2=config.weight_decay),
@@ -231,25 +270,40 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     return net
 
 
-def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, val_split,
-         verbose):
+def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_split,
+         val_split, held_out, start, verbose):
     import keras
+    import tensorflow as tf
 
+    from keras_preact import pretrained
+
+    if config.deterministic:  # process-wide: TensorFlow has no public way back
+        tf.config.experimental.enable_op_determinism()
+        keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
-    image_size = spec.input_shape[0] if spec.family == "imagenet" else None
-    train_ds = data.train_dataset(config.dataset, train_split, config.batch_size,
-                                  config.data_dir, image_size=image_size, seed=config.seed)
+    size = spec.input_shape[0]
+    train_ds = data.train_dataset(source, train_split, config.batch_size, config.data_dir,
+                                  image_size=size, seed=config.seed, family=spec.family,
+                                  deterministic=config.deterministic)
     # Without a slice of train held out, each epoch end is scored on the dataset's own
     # held-out split, for test-error curves like the paper's; no decision is made from them.
-    held_out = val_split or data.dataset_info(config.dataset).eval_split
-    val_ds = data.eval_dataset(config.dataset, held_out, config.batch_size, config.data_dir,
-                               image_size=image_size, cache=spec.family == "cifar")
+    val_ds = None if not held_out else data.eval_dataset(
+        source, held_out, config.batch_size, config.data_dir, image_size=size,
+        cache=spec.family == "cifar", family=spec.family)
     schedule = paper_schedule(
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
     )
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
+        if start is not None:
+            loaded, initialized = pretrained.load_start(net, spec, start)
+            if verbose:
+                print(f"keras-preact: weights {start.weights!r}: loaded {len(loaded)} layers"
+                      + (f", initialized {', '.join(initialized)} ({spec.classes} classes, "
+                         f"the weights had {start.classes})" if initialized else "")
+                      + (f"; frozen: {config.freeze}" if config.freeze != "none" else ""),
+                      flush=True)
 
     # Every worker resumes from the chief's backup; fit continues the epoch it was in.
     backup_dir = os.path.join(output, rundir.BACKUP)
@@ -263,7 +317,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
-    if not val_split:  # first, so every later callback reads test_* for the test split
+    if val_ds is not None and not val_split:  # first, so every later callback reads test_* for test
         callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
@@ -290,6 +344,46 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     if chief:
         shutil.rmtree(backup_dir, ignore_errors=True)
     return net
+
+
+def freeze(model, what: str) -> None:
+    """Keeps layers of `model` fixed (`TrainConfig.freeze`): "bn", its BatchNormalization
+    layers (Keras then runs them in inference mode: their statistics stay too); "backbone",
+    every layer but the classifier; "none", nothing. Plain layer graphs only (`_stages`)."""
+    import keras
+
+    from keras_preact.builder import CLASSIFIER
+
+    check_choice("freeze", what, FREEZE)
+    for layer in model.layers:
+        if what == "backbone" and layer.name != CLASSIFIER or (
+                what == "bn" and isinstance(layer, keras.layers.BatchNormalization)):
+            layer.trainable = False
+
+
+def _stages(config: TrainConfig, spec, output: str) -> str:
+    """The form to train in (`resolve_stages`); frozen layers need the plain layer graph (a
+    scanned stage is one layer)."""
+    if config.freeze != "none" and config.stages == "scan":
+        raise ValueError(f"`freeze` needs the plain layer graph: use stages 'auto' or "
+                         f"'layers'. Received: freeze={config.freeze!r}, stages='scan'")
+    stages = "layers" if config.freeze != "none" and config.stages == "auto" else config.stages
+    return resolve_stages(stages, spec, output)
+
+
+def _dataset_info(config: TrainConfig, images, class_names) -> data.DatasetInfo:
+    """`config.dataset`'s `data.DatasetInfo`, or one for the caller's tf.data.Dataset
+    `images` with `class_names`, which go only with such images."""
+    if images is None:
+        if class_names is not None:
+            raise ValueError(f"`class_names` go with a tf.data.Dataset: {config.dataset!r} "
+                             "names its own classes.")
+        return data.dataset_info(config.dataset, config.data_dir)
+    if class_names is None:
+        raise ValueError("A tf.data.Dataset of (image, label) needs `class_names` (one per "
+                         "label, in label order).")
+    names = labels.check_names(class_names, len(labels.as_list(class_names)))
+    return data.DatasetInfo(None, len(names), None, names)
 
 
 def _machine(strat) -> str:
@@ -420,38 +514,51 @@ def _versions() -> dict:
 
 def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
              data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
-    """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split.
+    """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split or an
+    image folder (`dataset`, as `train` takes it).
 
     `split` defaults to the dataset's labelled held-out split (`test` for CIFAR,
-    `validation` for imagenet2012, whose `test` split has no labels).
+    `validation` for imagenet2012, whose `test` split has no labels; a folder's `all`).
+    A run that recorded its class names (trained on a folder or another TFDS dataset) is
+    evaluated only on a dataset with the same names in the same order.
 
     Uses the shared eval geometry (`preprocessing.resize_for_eval`) and normalization.
 
     Example:
     >>> evaluate("runs/preact-110", split="test")  # doctest: +SKIP
-    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000}
+    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000, 'split': 'test'}
     """
     import keras
 
     from keras_preact.api import load_for_inference
 
-    info = data.dataset_info(dataset)
-    split = split or info.eval_split
+    info = data.dataset_info(dataset, data_dir)
     check_positive(batch_size=batch_size)
     # A wrong path or a model that does not fit fails before the data is touched (downloaded).
     model = load_for_inference(model_or_path)
     family = family_of(model)
-    if family != info.family or model.output_shape[-1] != info.classes:
-        raise ValueError(f"Dataset {dataset!r} needs a {info.family} model with "
-                         f"{info.classes} outputs. Received: a {family} model with "
+    if info.family not in (None, family) or model.output_shape[-1] != info.classes:
+        raise ValueError(f"Dataset {dataset!r} needs a {info.family or 'cifar or imagenet'} "
+                         f"model with {info.classes} outputs. Received: a {family} model with "
                          f"{model.output_shape[-1]} outputs.")
+    trained_on = labels.recorded_names(model_or_path)
+    if trained_on is not None and trained_on != info.class_names:
+        raise ValueError(f"The model was trained on classes {list(trained_on)}; dataset "
+                         f"{dataset!r} has {list(info.class_names)} (same names, same order "
+                         "needed).")
+    split = split or info.eval_split
+    if split is None:  # a TFDS dataset's splits are known once it is prepared
+        data.check_split(dataset, data.train_base(dataset), data_dir, download)
+        split = data.dataset_info(dataset, data_dir).eval_split
+    if split is None:
+        raise ValueError(f"Dataset {dataset!r} has no test or validation split: pass --split.")
     examples = data.check_split(dataset, split, data_dir, download)
     size = model.input_shape[1] if family == "imagenet" else None
-    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size)
+    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size, family=family)
     # A twin on the same layers is compiled, so that the caller's model keeps its own.
     twin = keras.Model(model.inputs, model.outputs)
     twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(
         from_logits=outputs_logits(model)), metrics=["accuracy"], jit_compile=False)
     result = twin.evaluate(ds, verbose=0, return_dict=True)
     return {"accuracy": result["accuracy"], "error": 100.0 * (1.0 - result["accuracy"]),
-            "loss": result["loss"], "examples": examples}
+            "loss": result["loss"], "examples": examples, "split": split}

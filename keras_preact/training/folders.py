@@ -1,0 +1,119 @@
+"""An image folder as a dataset: one subfolder per class, as
+`keras.utils.image_dataset_from_directory` reads it.
+
+Classes are the sorted subfolder names (label i = the i-th), images the files with
+`IMAGE_EXTENSIONS` in them (other files are skipped, as Keras does). Images are decoded as
+RGB (grayscale and RGBA converted), uint8, at their own size; the trainer resizes them to the
+network's input (`keras_preact.training.data`). Splits are slices of one fixed shuffle of the
+files: `all`, `all[:-N]`, `all[-N:]` (the trainer holds out the last N for validation).
+
+Example:
+>>> import tempfile, numpy as np, PIL.Image
+>>> root = tempfile.mkdtemp()
+>>> for name in ("cat", "dog"):
+...     os.makedirs(os.path.join(root, name))
+...     PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(os.path.join(root, name, "1.png"))
+>>> folder = scan(root)
+>>> folder.class_names, len(folder.files), count(folder, "all[-1:]")
+(('cat', 'dog'), 2, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+# What image_dataset_from_directory reads (lower case compared).
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+# The fixed shuffle of the files that splits slice: the same validation images for every --seed.
+SPLIT_SEED = 1337
+SPLIT = re.compile(r"^all(?:\[(-?\d*):(-?\d*)\])?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFolder:
+    root: str
+    class_names: tuple[str, ...]
+    files: tuple[str, ...]  # in the fixed split order (SPLIT_SEED)
+    labels: tuple[int, ...]
+
+
+def is_folder(dataset: str) -> bool:
+    """A `--dataset` value that names a folder rather than a TFDS dataset."""
+    return os.path.isdir(dataset) or os.sep in dataset or dataset.startswith(".")
+
+
+def scan(root: str) -> ImageFolder:
+    """The classes and image files of folder `root`; a one-line ValueError for a folder that
+    cannot train a classifier (missing, empty, fewer than two classes, a class without
+    images)."""
+    import numpy as np
+
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"No image folder at {root!r}: --dataset takes a TFDS name or "
+                                "a folder with one subfolder of images per class.")
+    names = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    if len(names) < 2:
+        raise ValueError(f"An image folder needs one subfolder per class, at least 2. "
+                         f"Received: {root!r} with {len(names)} ({names})")
+    files, labels = [], []
+    for label, name in enumerate(names):
+        found = sorted(
+            os.path.join(dirpath, f)
+            for dirpath, _, filenames in os.walk(os.path.join(root, name), followlinks=True)
+            for f in filenames if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not found:
+            raise ValueError(f"Class folder {os.path.join(root, name)!r} holds no images "
+                             f"({', '.join(IMAGE_EXTENSIONS)}).")
+        files += found
+        labels += [label] * len(found)
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(files))
+    return ImageFolder(root, tuple(names), tuple(files[i] for i in order),
+                       tuple(labels[i] for i in order))
+
+
+def select(split: str) -> slice:
+    """The slice of the files (or elements) that `split` names: `all`, `all[:-N]`, ..."""
+    match = SPLIT.match(split)
+    if not match:
+        raise ValueError(f"An image folder's splits are 'all' or slices of it, e.g. "
+                         f"'all[:-100]', 'all[-100:]'. Received: split={split!r}")
+    start, stop = (int(v) if v else None for v in match.groups())
+    return slice(start, stop)
+
+
+def count(folder: ImageFolder, split: str) -> int:
+    """Images in `split` of `folder`."""
+    return len(folder.files[select(split)])
+
+
+def check_images(folder: ImageFolder, split: str = "all") -> None:
+    """Decodes every image of `split` once: a file that is not an image, or is truncated, is
+    a one-line ValueError naming it, before anything is written."""
+    import tensorflow as tf
+
+    for path in folder.files[select(split)]:
+        try:
+            tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            # TensorFlow's message: "{{function_node ...}} REASON [Op:DecodeImage] ..."
+            reason = re.sub(r"\{\{.*?\}\}\s*", "", error.message).split(" [Op:")[0]
+            reason = reason.splitlines()[0] if reason else type(error).__name__
+            raise ValueError(f"Cannot read {path!r} as an image ({reason}); remove or "
+                             "replace it.") from None
+
+
+def load(folder: ImageFolder, split: str):
+    """`(uint8 image [h, w, 3], int64 label)` pairs of `split`, decoded in order."""
+    import tensorflow as tf
+
+    part = select(split)
+    ds = tf.data.Dataset.from_tensor_slices(
+        (list(folder.files[part]), tf.constant(folder.labels[part], tf.int64)))
+
+    def decode(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        return tf.ensure_shape(image, (None, None, 3)), label
+
+    return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)

@@ -1,0 +1,177 @@
+"""Fine-tuning on your own images (issue 28): real CIFAR-10 images written as PNG class
+folders, `--weights`, class names through evaluate and export, `--deterministic`, and a
+one-line error for each bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import PIL.Image
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_preact import cli, labels, pretrained, rundir, training
+
+CLASSES = ("cat", "frog", "ship")  # CIFAR-10 labels 3, 6, 8: sorted, as folders are read
+CIFAR10 = labels.CIFAR10
+ROOT = str(pathlib.Path(__file__).resolve().parents[1])  # this checkout's keras_preact
+
+
+def write_folder(root, data_dir, split: str, per_class: int) -> str:
+    """`per_class` CIFAR-10 images of each of CLASSES from `split`, as PNG class folders."""
+    counts = dict.fromkeys(CLASSES, 0)
+    ds = tfds.load("cifar10", split=split, data_dir=data_dir, download=False,
+                   as_supervised=True)
+    for image, label in tfds.as_numpy(ds):
+        name = CIFAR10[label]
+        if name in counts and counts[name] < per_class:
+            os.makedirs(os.path.join(root, name), exist_ok=True)
+            PIL.Image.fromarray(image).save(os.path.join(root, name, f"{counts[name]}.png"))
+            counts[name] += 1
+        if min(counts.values()) == per_class:
+            return str(root)
+    raise AssertionError(f"{split} lacks {per_class} images per class")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, cifar10_data_dir):
+    """Train: images the published cifar10 weights never trained on (they held out
+    train[45000:]); test: the official test split."""
+    base = tmp_path_factory.mktemp("images")
+    return (write_folder(base / "train", cifar10_data_dir, "train[45000:]", 100),
+            write_folder(base / "test", cifar10_data_dir, "test", 50))
+
+
+@pytest.fixture(scope="module")
+def runs(folders, tmp_path_factory):
+    """preact-20 fine-tuned from weights="cifar10" and trained from random weights, at the
+    same 100 steps of batch 32 (each with its own default recipe)."""
+    train_dir, _ = folders
+    base = tmp_path_factory.mktemp("runs")
+    for name, weights in (("tuned", "cifar10"), ("random", None)):
+        training.train("preact-20", output=str(base / name), dataset=train_dir, weights=weights,
+                       steps=100, batch_size=32, seed=0, verbose=0)
+    return base / "tuned", base / "random"
+
+
+def test_fine_tuned_from_cifar10_beats_random_weights_on_held_out_images(folders, runs):
+    _, test_dir = folders
+    tuned, scratch = (training.evaluate(str(run), dataset=test_dir) for run in runs)
+    assert tuned["examples"] == scratch["examples"] == 150
+    assert tuned["accuracy"] > 0.8, tuned
+    assert tuned["accuracy"] > scratch["accuracy"] + 0.2, (tuned, scratch)
+    config = rundir.read_config(runs[0])
+    assert (config["class_names"], config["classes"]) == (list(CLASSES), 3)
+    # The fine-tuning defaults, and validation carved from the folder (20 % of 300).
+    assert (config["lr"], config["warmup_steps"], config["weights"]) == (0.01, 0, "cifar10")
+    assert (config["train_split"], config["val_split"]) == ("all[:-60]", "all[-60:]")
+
+
+def test_class_names_come_back_from_the_export_and_decode_predictions(folders, runs, tmp_path):
+    from keras_preact.export import export_saved_model
+
+    _, test_dir = folders
+    served = tf.saved_model.load(export_saved_model(str(runs[0]), str(tmp_path)))
+    ships = np.stack([np.array(PIL.Image.open(os.path.join(test_dir, "ship", f"{i}.png")))
+                      for i in range(8)])
+    out = served.signatures["serving_default"](images=tf.constant(ships))
+    assert set(out["labels"].numpy()[:, 0]) <= {n.encode() for n in CLASSES}
+    assert (out["labels"].numpy()[:, 0] == b"ship").mean() >= 0.75
+    top = labels.decode_predictions(out["probabilities"].numpy(), top=1,
+                                    class_names_from=str(runs[0]))
+    assert [row[0][1] for row in top] == [v.decode() for v in out["labels"].numpy()[:, 0]]
+
+
+def test_evaluate_refuses_a_folder_with_other_class_names(runs, tmp_path):
+    for name in ("cat", "dog", "ship"):
+        os.makedirs(tmp_path / name)
+        PIL.Image.fromarray(np.zeros((32, 32, 3), "uint8")).save(tmp_path / name / "0.png")
+    with pytest.raises(ValueError, match=r"trained on classes \['cat', 'frog', 'ship'\]"):
+        training.evaluate(str(runs[0]), dataset=str(tmp_path))
+
+
+def test_a_tf_data_dataset_with_class_names_trains(tmp_path):
+    images = np.random.default_rng(0).integers(0, 256, (40, 24, 20, 1), dtype=np.uint8)
+    ds = tf.data.Dataset.from_tensor_slices((images, np.arange(40) % 2))  # grayscale, 24x20
+    model = training.train("preact-20", output=str(tmp_path), dataset=ds, verbose=0,
+                           class_names=["even", "odd"], steps=3, batch_size=8, val_examples=8,
+                           overrides={"depth": 8})
+    assert model.output_shape == (None, 2) and int(model.optimizer.iterations) == 3
+    config = rundir.read_config(tmp_path)
+    assert (config["dataset"], config["class_names"]) == ("tf.data.Dataset", ["even", "odd"])
+    assert config["val_split"] == "all[-8:]"
+
+
+def test_deterministic_twice_gives_one_weights_hash(folders, tmp_path):
+    train_dir, _ = folders
+    digests = []
+    for run in ("a", "b"):
+        # A process each: op determinism, once enabled, stays for the process.
+        out = subprocess.run(
+            [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--dataset",
+             train_dir, "--steps", "6", "--batch-size", "16", "--override", "depth=8",
+             "--deterministic", "--output", str(tmp_path / run)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ROOT})
+        digests.append(out.stdout.split("sha256 ")[1].split(";")[0])
+    assert digests[0] == digests[1] and len(digests[0]) == 16
+
+
+def _bad_folder(tmp_path, kind: str) -> str:
+    root = tmp_path / "images"
+    image = PIL.Image.fromarray(np.zeros((32, 32, 3), "uint8"))
+    for name in {"empty": (), "one class": ("cat",)}.get(kind, ("cat", "dog")):
+        os.makedirs(root / name)
+        image.save(root / name / "0.png")
+    os.makedirs(root, exist_ok=True)
+    if kind == "not an image":
+        (root / "dog" / "notes.png").write_text("not a picture")
+    if kind == "truncated":
+        data = (root / "dog" / "0.png").read_bytes()
+        (root / "dog" / "1.png").write_bytes(data[: len(data) // 2])
+    return str(root)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("empty", "An image folder needs one subfolder per class, at least 2. Received: "),
+    ("one class", "at least 2. Received: '{root}' with 1 (['cat'])"),
+    ("not an image", "Cannot read '{root}/dog/notes.png' as an image (Unknown image file "),
+    ("truncated", "Cannot read '{root}/dog/1.png' as an image (Invalid PNG data"),
+])
+def test_a_bad_folder_is_one_line_and_writes_nothing(kind, message, tmp_path, capsys):
+    root = _bad_folder(tmp_path, kind)
+    output = tmp_path / "run"
+    assert cli.main(["train", "preact-20", "--dataset", root, "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
+    assert message.format(root=root) in err
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--weights", os.path.join(pretrained.PACKAGE_DIR, "resnet-20-cifar10.weights.h5")],
+     "resnet-20-cifar10.weights.h5' do not fit"),
+    (["--weights", "imagenet"], "Unknown weights 'imagenet' for 'preact-20'"),
+    (["--dataset", "imdb_reviews"], "TFDS dataset 'imdb_reviews' is not image classification"),
+])
+def test_bad_weights_or_dataset_is_one_line(argv, message, tmp_path, capsys):
+    output = tmp_path / "run"
+    assert cli.main(["train", "preact-20", "--output", str(output), "--steps", "1",
+                     "--batch-size", "2", "--data-dir", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert not output.exists()
+
+
+def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys):
+    assert cli.main(["train", "resnet-20", "--weights", str(runs[0]), "--dataset",
+                     "cifar10", "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "are for another network: " in err and err.count("\n") == 1, err
+    assert json.loads(json.dumps(rundir.read_config(runs[0])))["model"] == "preact-20"
