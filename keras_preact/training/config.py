@@ -155,15 +155,14 @@ class TrainConfig:
         if warmup is not None and not (isinstance(warmup, int) and 0 <= warmup < steps):
             raise ValueError(f"`warmup_steps` must be an integer in [0, steps={steps}). "
                              f"Received: warmup_steps={warmup!r}")
-        lr, warmup_lr, decay, momentum = recipe.lr, self.warmup_lr, self.weight_decay, \
-            self.momentum
+        lr, warmup_lr = recipe.lr, self.warmup_lr
+        decay, momentum = self.weight_decay, self.momentum
         rates = (lr, warmup_lr, decay, momentum)
         if not (all(isinstance(r, numbers.Real) and math.isfinite(r) for r in rates) and lr > 0
                 and warmup_lr > 0 and decay >= 0 and 0 <= momentum < 1):
             raise ValueError(f"Need finite lr > 0, warmup_lr > 0, weight_decay >= 0, 0 <= "
                              f"momentum < 1. Received: lr={lr!r}, warmup_lr={warmup_lr!r}, "
                              f"weight_decay={decay!r}, momentum={momentum!r}")
-
 
     def recipe(self) -> TrainConfig:
         """This config with `steps`, `lr` and `warmup_steps` that were left None set to the
