@@ -5,12 +5,14 @@ checkpoints cannot be downloaded offline); BN statistics and scales are randomiz
 scales included, so that every tensor matters. Needs the `convert` extra (torch, timm).
 """
 
+import dataclasses
 import os
 
 import numpy as np
 import pytest
 
-from keras_preact import convert
+import keras_preact
+from keras_preact import convert, preprocessing, pretrained
 
 TOLERANCE = 1e-4
 # Two images at 64x64: every stage runs (the last at 2x2) in a second or two per net.
@@ -167,3 +169,116 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="Received: a list"):
         convert.from_timm([], "resnetv2_18")
 
+
+# --- The `imagenet` tags: download (file:// URLs here), verify, convert once, cache.
+
+@pytest.fixture
+def source18(timm, tmp_path):
+    """A random resnetv2_18 written as timm's model.safetensors, and the model."""
+    from safetensors.numpy import save_file
+
+    reference = random_timm(timm, "resnetv2_18", seed=3)
+    path = tmp_path / "model.safetensors"
+    save_file(state_dict(reference), str(path))
+    return path, reference
+
+
+@pytest.fixture
+def tag18(monkeypatch, tmp_path, source18):
+    """Registers preact-18-imagenet-timm's `imagenet` record with `source18` as its URL and
+    hash, into a private Keras cache; `tag18(**changes)` changes the record."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    key = ("preact-18-imagenet-timm", "imagenet")
+    path = source18[0]
+
+    def register(**changes):
+        record = dataclasses.replace(pretrained._RECORDS[key], url=f"file://{path}",
+                                     sha256=pretrained.sha256_of(path))
+        monkeypatch.setitem(pretrained._RECORDS, key, dataclasses.replace(record, **changes))
+        return tmp_path / "keras_home" / pretrained.CACHE_SUBDIR
+
+    return register
+
+
+def test_the_tag_downloads_converts_once_and_computes_what_timm_computes(tag18, source18):
+    cache = tag18()
+    path, reference = source18
+    model = keras_preact.build("preact-18-imagenet-timm", weights="imagenet",
+                               input_shape=(64, 64, 3), classifier_activation=None)
+    np.testing.assert_allclose(model.predict(IMAGES, verbose=0), timm_logits(reference, IMAGES),
+                               rtol=0, atol=TOLERANCE)
+    record = pretrained.released("preact-18-imagenet-timm")["imagenet"]
+    assert sorted(os.listdir(cache)) == sorted([record.file, record.file + ".sha256",
+                                                record.source_file])
+    converted = cache / record.file
+    assert (cache / (record.file + ".sha256")).read_text() == (
+        f"{pretrained.sha256_of(converted)}  {record.file}\n"
+        f"{pretrained.sha256_of(path)}  {record.source_file}\n")
+    os.remove(path)  # the cached conversion is used: no download
+    assert pretrained.weights_file(*record_key(record)) == str(converted)
+    with open(converted, "r+b") as f:  # damaged in the cache: converted again from the source
+        f.truncate(1000)
+    assert pretrained.sha256_of(pretrained.weights_file(*record_key(record))) != (
+        pretrained.sha256_of(cache / record.source_file))
+    np.testing.assert_allclose(
+        keras_preact.build("preact-18-imagenet-timm", weights="imagenet",
+                           input_shape=(64, 64, 3), classifier_activation=None
+                           ).predict(IMAGES, verbose=0),
+        timm_logits(reference, IMAGES), rtol=0, atol=TOLERANCE)
+
+
+def record_key(record) -> tuple[str, str]:
+    return record.model, record.tag
+
+
+def test_a_source_without_its_hash_is_refused_and_nothing_stays_cached(tag18):
+    cache = tag18(sha256="0" * 64)
+    with pytest.raises(ValueError, match=r"does not have the published SHA-256 0{64} of weights "
+                                         r"'imagenet' of 'preact-18-imagenet-timm'; nothing"):
+        keras_preact.build("preact-18-imagenet-timm", weights="imagenet")
+    assert os.listdir(cache) == []
+
+
+def test_a_truncated_source_fails_its_hash_or_its_reading(tag18, source18):
+    path, _ = source18
+    cache = tag18()  # the hash of the whole file
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(ValueError, match="does not have the published SHA-256"):
+        keras_preact.build("preact-18-imagenet-timm", weights="imagenet")
+    tag18(sha256=None)  # a hash not known yet: the file cannot be read, and is not kept
+    with pytest.raises(ValueError, match=r"Could not read .*\.safetensors' as a float "
+                                         "safetensors checkpoint"):
+        keras_preact.build("preact-18-imagenet-timm", weights="imagenet")
+    assert os.listdir(cache) == []
+
+
+def test_a_source_whose_hash_is_not_known_yet_is_reported(tag18, source18):
+    tag18(sha256=None)
+    with pytest.warns(UserWarning, match="no published SHA-256 in keras_preact yet, so it was "
+                                         f"not verified; .* {pretrained.sha256_of(source18[0])}"):
+        pretrained.weights_file("preact-18-imagenet-timm", "imagenet")
+
+
+def test_offline_the_error_names_the_url_and_where_to_put_the_file(tag18, tmp_path):
+    cache = tag18(url=f"file://{tmp_path}/absent.safetensors")
+    with pytest.raises(ConnectionError) as error:
+        pretrained.weights_file("preact-18-imagenet-timm", "imagenet")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("Could not download weights 'imagenet' of "
+                              f"'preact-18-imagenet-timm' from file://{tmp_path}/absent")
+    assert message.endswith("Offline, download it elsewhere and put it at "
+                            f"{cache}/preact-18-imagenet-timm-imagenet.safetensors.")
+
+
+def test_the_records_fit_the_converter_and_the_source():
+    records = [r for r in pretrained.all_records() if isinstance(r, pretrained.ConvertedRecord)]
+    assert sorted(r.arch for r in records) == sorted(convert.ARCHS)
+    for r in records:
+        assert convert.model_name(r.arch) == r.model and r.tag == "imagenet"
+        assert r.url.startswith(f"https://huggingface.co/timm/{r.arch}.")
+        assert r.url.endswith("/resolve/main/model.safetensors")
+        # No hash is invented: each is None until someone downloads the file and records it.
+        assert r.sha256 is None or len(r.sha256) == 64
+        assert preprocessing.STATS[r.preprocessing] == ((127.5,) * 3, (127.5,) * 3)

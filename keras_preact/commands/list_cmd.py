@@ -64,14 +64,22 @@ def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list
 
     header = ["name", "weights", "val. accuracy", "on", "iterations", "precision", "file"]
     records = pretrained.all_records()
-    rows = [[r.model, r.tag, f"{100 * r.val_accuracy:.2f} %", r.val_split, str(r.iterations),
-             r.precision, r.url or r.file]
-            for r in records if r.model in names]
+    rows = [_weights_row(r) for r in records if r.model in names]
     if not rows:
         published = ", ".join(f"{r.model} ({r.tag})" for r in records) or "none yet"
         raise ValueError(f"No published weights for models matching {pattern!r}. "
                          f"Published: {published}.")
     return header, rows
+
+
+def _weights_row(r) -> list[str]:
+    from keras_preact.pretrained import ConvertedRecord
+
+    if isinstance(r, ConvertedRecord):  # the source's own figure: not measured here
+        return [r.model, r.tag, f"{r.top1:.2f} % (source's)", "ImageNet val", "-", "float32",
+                r.url]
+    return [r.model, r.tag, f"{100 * r.val_accuracy:.2f} %", r.val_split, str(r.iterations),
+            r.precision, r.url or r.file]
 
 
 def _print_table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
