@@ -42,6 +42,9 @@ setup(
         "matplotlib>=3.7",
         # TensorBoard logs of `keras-preact train`; TF 2.21 no longer installs it.
         "tensorboard>=2.20",
+        # Reads timm's .safetensors checkpoints into numpy for the ImageNet tags
+        # (keras_preact.convert): a small wheel without dependencies, so no PyTorch at run time.
+        "safetensors>=0.4",
     ],
     extras_require={
         # nbclient/nbformat/ipykernel execute the notebooks inside the test suite; ruff is the
@@ -49,6 +52,12 @@ setup(
         # (65.x on Python 3.11) build the wheel tests/test_released.py inspects, offline.
         "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6",
                  "wheel>=0.38"],
+        # tests/test_convert.py: timm's own ResNetV2 modules (random weights) are what the
+        # converted models are checked against; timm >= 1.0.12 has resnetv2_18/34 and their
+        # ImageNet tags. Install the CPU build of torch first (`pip install torch==2.13.0 ...`
+        # in .ci/run, or `--index-url https://download.pytorch.org/whl/cpu`): left to pip,
+        # timm's dependency resolves to a multi-GB CUDA build. keras_preact never imports it.
+        "convert": ["timm>=1.0.12", "torch>=2.4"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
         # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with

@@ -42,16 +42,30 @@ DESIGNS = {
 }
 
 
-def conv(x, filters: int, kernel: int, name: str, strides: int = 1):
+def conv(x, filters: int, kernel: int, name: str, strides: int = 1, padding: str = "same"):
+    """A bias-free conv. `padding="symmetric"` (`specs.PADDINGS`) zero-pads a strided conv by
+    (k - 1) // 2 on each side first (layer `{name}_pad`), as PyTorch does."""
+    if padding == "symmetric" and strides > 1 and kernel > 1:
+        x = keras.layers.ZeroPadding2D((kernel - 1) // 2, name=f"{name}_pad")(x)
     return keras.layers.Conv2D(
         filters,
         kernel,
         strides=strides,
-        padding="same",
+        padding="valid" if padding == "symmetric" and strides > 1 else "same",
         use_bias=False,
         kernel_initializer=conv_init(),
         name=name,
     )(x)
+
+
+def max_pool(x, name: str, padding: str = "same"):
+    """3x3/2 max-pool. "symmetric" is PyTorch's MaxPool2d(3, 2, padding=1): a stride-1 SAME
+    pool (which pads one on each side, ignoring the padding), then every other row and column
+    (layer `{name}_subsample`)."""
+    if padding == "symmetric":
+        x = keras.layers.MaxPooling2D(3, strides=1, padding="same", name=name)(x)
+        return keras.layers.MaxPooling2D(1, strides=2, name=f"{name}_subsample")(x)
+    return keras.layers.MaxPooling2D(3, strides=2, padding="same", name=name)(x)
 
 
 class Namer:
@@ -99,14 +113,14 @@ def residual_branch(x, spec: ResNetSpec, width: int, strides: int, namer: Namer)
     design = DESIGNS[spec.unit]
     convs = branch_convs(spec, width, strides)
     for k, (filters, kernel, stride) in enumerate(convs, start=1):
-        x = conv(x, filters, kernel, namer("conv"), stride)
+        x = conv(x, filters, kernel, namer("conv"), stride, spec.padding)
         x = apply_ops(x, design["mid"] if k < len(convs) else design["end"], namer)
     return x
 
 
 def projection(x, spec: ResNetSpec, filters: int, strides: int, prefix: str):
     """1x1 conv shortcut; post-activation designs normalize it like their branch."""
-    x = conv(x, filters, 1, f"{prefix}_shortcut_conv", strides)
+    x = conv(x, filters, 1, f"{prefix}_shortcut_conv", strides, spec.padding)
     if not spec.preact:
         x = apply_ops(x, ("bn",), lambda kind: f"{prefix}_shortcut_{kind}")
     return x
@@ -126,7 +140,7 @@ def gate(x, spec: ResNetSpec, prefix: str):
 
 
 def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *, first: bool,
-                  skip_pre: bool = False):
+                  skip_pre: bool = False, raw_identity: bool = False):
     """One residual unit: `post(shortcut(x) + F(pre(x)))` in the Fig. 4 design of `spec`.
 
     Args:
@@ -134,15 +148,18 @@ def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *,
             and the shortcut (resnet-pre-act.lua, preresnet.lua), so the shortcut of a
             dimension-changing unit sees normalized input.
         skip_pre: the input is already activated (ImageNet stem), so no pre-activation.
+        raw_identity: an identity shortcut carries `x` itself even in a first unit; only a
+            projection shares the pre-activation (timm's ResNetV2, `stem="conv-pool"`).
     """
     design = DESIGNS[spec.unit]
     out_channels = width * EXPANSION[spec.block]
     namer = Namer(prefix)
     pre = x if skip_pre else apply_ops(x, design["pre"], namer)
-    shortcut = pre if first else x
+    project = strides != 1 or x.shape[-1] != out_channels or spec.shortcut == "conv1x1"
+    shortcut = pre if first and (project or not raw_identity) else x
     residual = residual_branch(pre, spec, width, strides, namer)
 
-    if strides != 1 or x.shape[-1] != out_channels or spec.shortcut == "conv1x1":
+    if project:
         shortcut = projection(shortcut, spec, out_channels, strides, prefix)
     elif spec.shortcut == "constant-scaling":
         shortcut = keras.layers.Rescaling(spec.shortcut_scale, name=f"{prefix}_shortcut_scale")(

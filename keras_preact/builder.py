@@ -18,16 +18,18 @@ LAYERS_PER_CONV = 8
 
 
 def stem(x, spec: ResNetSpec):
-    """CIFAR: 3x3 conv (16). ImageNet: 7x7/2 conv (64) - BN - ReLU - 3x3/2 max-pool.
+    """CIFAR: 3x3 conv (16). ImageNet: 7x7/2 conv (64) - BN - ReLU - 3x3/2 max-pool, or with
+    `stem="conv-pool"` (timm's ResNetV2) no BN-ReLU: the first unit pre-activates itself.
 
     A CIFAR pre-activation net leaves its stem un-normalized: the first unit's own
     pre-activation does it (resnet-pre-act.lua). Whatever that unit's design lacks of
     BN-ReLU (all of it for post-activation designs) is done here.
     """
     if spec.family == "imagenet":
-        x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2)
-        x = blocks.apply_ops(x, ("bn", "relu"), lambda kind: f"stem_{kind}")
-        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+        x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2, padding=spec.padding)
+        if spec.stem == "paper":
+            x = blocks.apply_ops(x, ("bn", "relu"), lambda kind: f"stem_{kind}")
+        return blocks.max_pool(x, "stem_pool", spec.padding)
     x = blocks.conv(x, spec.stem_width, 3, "stem_conv")
     missing = tuple(op for op in ("bn", "relu") if op not in blocks.DESIGNS[spec.unit]["pre"])
     return blocks.apply_ops(x, missing, lambda kind: f"stem_{kind}")
@@ -147,8 +149,9 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
                 strides=2 if (u == 1 and s > 1) else 1,
                 prefix=unit_prefix(s, u),
                 first=u == 1,
-                # The ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
-                skip_pre=spec.family == "imagenet" and s == 1 and u == 1,
+                # The paper's ImageNet stem ends in BN-ReLU-pool: nothing left to pre-activate.
+                skip_pre=spec.family == "imagenet" and spec.stem == "paper" and s == 1 and u == 1,
+                raw_identity=spec.stem == "conv-pool",
             )
     allow_deep_graph(layer_bound(spec))
     return keras.Model(inputs, head(x, spec), name=name)

@@ -140,7 +140,12 @@ def _spec_fields(names: set[str], config_of, input_shape: tuple) -> dict:
     fields = {"family": _family(names), "input_shape": input_shape,
               "block": {n: block for block, n in CONVS_PER_UNIT.items()}[convs],
               "units": tuple(units[s] for s in range(1, len(units) + 1)),
-              "unit": _design(roles[2, 1], names, convs)}
+              "unit": _design(roles[2, 1], names, convs),
+              # `keras_preact.blocks`: symmetric padding adds `*_pad` layers to strided convs,
+              # the timm stem has no BN-ReLU.
+              "padding": "symmetric" if "stem_pool_subsample" in names else "same"}
+    if fields["family"] == "imagenet" and "stem_bn" not in names:
+        fields["stem"] = "conv-pool"
 
     first = {}  # role -> the first unit that has a layer of it
     for unit in sorted(roles):

@@ -14,10 +14,10 @@ def _cifar(name: str, block: str, depth: int, unit: str, **kw) -> None:
                               **kw))
 
 
-def _imagenet(name: str, block: str, depth: int, unit: str) -> None:
+def _imagenet(name: str, block: str, depth: int, unit: str, **kw) -> None:
     units = units_for_depth("imagenet", block, depth)
     register(name, ResNetSpec("imagenet", block, units, unit=unit, classes=1000,
-                              input_shape=(224, 224, 3)))
+                              input_shape=(224, 224, 3), **kw))
 
 
 # --- CIFAR, original unit (Fig. 4a). 20-56 and 1202 are the ResNet paper's (2015).
@@ -57,3 +57,10 @@ for _prefix, _unit in [("resnet", "original"), ("preact", "full-preact")]:
     for _depth in (18, 34, 50, 101, 152, 200):
         _block = "basic" if _depth < 50 else "bottleneck"
         _imagenet(f"{_prefix}-{_depth}-imagenet", _block, _depth, _unit)
+
+# --- timm's ResNetV2 with BatchNorm (`resnetv2_18/34/50/101`): pre-activation nets whose stem
+# is conv - max-pool (the first unit pre-activates the pooled output) and whose convs pad as
+# PyTorch does, the network of timm's ImageNet checkpoints (`keras_preact.convert`).
+for _depth in (18, 34, 50, 101):
+    _imagenet(f"preact-{_depth}-imagenet-timm", "basic" if _depth < 50 else "bottleneck", _depth,
+              "full-preact", stem="conv-pool", padding="symmetric")

@@ -16,7 +16,12 @@ CIFAR_STD = (63.0, 62.1, 66.7)
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 
-STATS = {"cifar": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD)}
+# timm's IMAGENET_INCEPTION_MEAN / _STD (0.5 on the [0, 1] scale): what its ResNetV2 ImageNet
+# checkpoints (`keras_preact.convert`, the `imagenet` tags of preact-*-imagenet-timm) take.
+INCEPTION_MEAN = INCEPTION_STD = (127.5, 127.5, 127.5)
+
+STATS = {"cifar": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+         "inception": (INCEPTION_MEAN, INCEPTION_STD)}
 # Channels of the images these statistics, and every weights file trained with them, are for.
 RGB = len(CIFAR_MEAN)
 
@@ -30,7 +35,9 @@ def preprocess_input(x, family: str = "cifar"):
 
     Args:
         x: uint8 or float images, shape `(..., 3)`, RGB, values in [0, 255].
-        family: `"cifar"` or `"imagenet"`: whose statistics to use.
+        family: whose statistics to use: `"cifar"`, `"imagenet"` (fb.resnet.torch's), or
+            `"inception"` (mean = std = 127.5: timm's, for the `imagenet` tags of the
+            `preact-*-imagenet-timm` nets; their record's `preprocessing`).
 
     Returns:
         float32 tensor of the same shape: `(x - mean) / std`.

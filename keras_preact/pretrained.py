@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import warnings
 
 # Package data: small files ship inside the wheel, beside this module.
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
@@ -66,10 +67,43 @@ class WeightsRecord:
         return dataset_info(self.dataset).eval_split
 
 
-_RECORDS: dict[tuple[str, str], WeightsRecord] = {}
+@dataclasses.dataclass(frozen=True)
+class ConvertedRecord:
+    """Weights converted from a checkpoint another library published (`keras_preact.convert`):
+    where the checkpoint is, its SHA-256 once known, and what its source reports for it. The
+    converted `.weights.h5` is made on first use and kept in Keras' cache, beside a
+    `sha256sum` file of both."""
+
+    model: str  # the registered network that computes what the source's does
+    tag: str
+    dataset: str  # the TFDS dataset it was trained on, e.g. "imagenet2012"
+    arch: str  # the source's architecture (`keras_preact.convert.ARCHS`), e.g. "resnetv2_50"
+    url: str  # the source's checkpoint, a .safetensors file
+    # Of the file at `url`; None while nobody has downloaded it from here to record it: the
+    # download is then not verified, and its SHA-256 is reported (`weights_file`).
+    sha256: str | None
+    top1: float  # the source's own ImageNet top-1 (%) at its eval crop; not measured here
+    top1_source: str  # where that figure is published
+    preprocessing: str  # key of the source's mean/std in `keras_preact.preprocessing.STATS`
+    crop_pct: float  # the source's eval: resize the shorter side to 224 / crop_pct, centre 224
+    interpolation: str  # of that resize
+    note: str = ""
+
+    @property
+    def file(self) -> str:
+        """The converted weights' name in Keras' cache."""
+        return f"{self.model}-{self.tag}.weights.h5"
+
+    @property
+    def source_file(self) -> str:
+        """The downloaded checkpoint's name in Keras' cache."""
+        return f"{self.model}-{self.tag}.safetensors"
 
 
-def register(record: WeightsRecord) -> None:
+_RECORDS: dict[tuple[str, str], WeightsRecord | ConvertedRecord] = {}
+
+
+def register(record: WeightsRecord | ConvertedRecord) -> None:
     key = (record.model, record.tag)
     if key in _RECORDS:
         raise ValueError(f"Weights {record.tag!r} of {record.model!r} are already registered.")
@@ -276,6 +310,8 @@ def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:
             "(`keras-preact list --weights`)."
         )
     record = tags[tag]
+    if isinstance(record, ConvertedRecord):
+        return _converted(record, cache_dir)
     if record.url is None:
         path = os.path.join(PACKAGE_DIR, record.file)
         if not os.path.isfile(path):
@@ -286,28 +322,67 @@ def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:
     return _download(record, cache_dir)
 
 
-def _download(record: WeightsRecord, cache_dir: str | None) -> str:
-    import keras
-
-    # Keras' own default cache (KERAS_HOME, else ~/.keras), named here so that a file that
-    # fails its hash check can be removed from it.
+def _cache_dir(cache_dir: str | None) -> str:
+    """Keras' own default cache (KERAS_HOME, else ~/.keras), named here so that a file that
+    fails its hash check can be removed from it."""
     cache_dir = os.path.expanduser(cache_dir or os.environ.get("KERAS_HOME")
                                    or os.path.join("~", ".keras"))
     os.makedirs(cache_dir, exist_ok=True)  # get_file falls back to /tmp when it is missing
+    return cache_dir
+
+
+def _download(record, cache_dir: str | None, file: str | None = None) -> str:
+    """`record.url` in Keras' cache as `file` (default `record.file`), downloaded once and
+    checked against `record.sha256` (unless None)."""
+    import keras
+
+    cache_dir = _cache_dir(cache_dir)
+    file = file or record.file
+    target = os.path.join(cache_dir, CACHE_SUBDIR, file)
     try:
-        path = keras.utils.get_file(fname=record.file, origin=record.url,
-                                    file_hash=record.sha256, cache_subdir=CACHE_SUBDIR,
-                                    cache_dir=cache_dir)
+        path = keras.utils.get_file(fname=file, origin=record.url, file_hash=record.sha256,
+                                    cache_subdir=CACHE_SUBDIR, cache_dir=cache_dir)
     except ValueError:  # get_file keeps a file that failed its hash check: remove it
-        target = os.path.join(cache_dir, CACHE_SUBDIR, record.file)
         if os.path.exists(target):
             os.remove(target)
         raise ValueError(f"{record.url} does not have the published SHA-256 {record.sha256} "
                          f"of weights {record.tag!r} of {record.model!r}; nothing was kept. "
                          "Retry later, or report it if it persists.") from None
     except Exception as error:  # get_file raises a bare Exception for URL failures
-        raise ConnectionError(f"Could not download weights {record.tag!r} of "
-                              f"{record.model!r} from {record.url}: {error}") from None
+        raise ConnectionError(f"Could not download weights {record.tag!r} of {record.model!r} "
+                              f"from {record.url} ({' '.join(str(error).split())}). Offline, "
+                              f"download it elsewhere and put it at {target}.") from None
+    return path
+
+
+def _converted(record: ConvertedRecord, cache_dir: str | None) -> str:
+    """The cached `.weights.h5` of `record`, converted from its downloaded source on first use
+    (or when it no longer has the SHA-256 recorded beside it at conversion)."""
+    from keras_preact import files
+
+    path = os.path.join(_cache_dir(cache_dir), CACHE_SUBDIR, record.file)
+    sums = path + ".sha256"  # `sha256sum -c` format: converted file, then its source
+    if os.path.isfile(path) and os.path.isfile(sums):
+        with open(sums) as f:
+            if f.read().split()[:1] == [sha256_of(path)]:
+                return path
+    source = _download(record, cache_dir, record.source_file)
+    source_sha256 = sha256_of(source)
+    try:
+        from keras_preact.convert import from_timm
+
+        model = from_timm(source, record.arch)
+    except ValueError:  # a file cut short or not the checkpoint: download it again next time
+        os.remove(source)
+        raise
+    with files.atomic_path(path) as tmp:
+        model.save_weights(tmp)
+    files.atomic_write(sums, lambda f: f.write(f"{sha256_of(path)}  {record.file}\n"
+                                               f"{source_sha256}  {record.source_file}\n"))
+    if record.sha256 is None:
+        warnings.warn(f"{record.url} has no published SHA-256 in keras_preact yet, so it was "
+                      f"not verified; the file downloaded has SHA-256 {source_sha256} "
+                      f"(recorded in {sums}).", stacklevel=2)
     return path
 
 
@@ -353,3 +428,22 @@ register(WeightsRecord(
          "0.1, 0.01, 0.001 from 0 / 12k / 18k), trained on train[:45000] in bfloat16 mixed "
          "precision (Keras' mixed_bfloat16: float32 weights, BN statistics and loss), as the "
          "plain layer graph, from independent initial kernels (seed 0)"))
+
+# ImageNet weights converted from timm's ResNetV2 checkpoints (keras_preact.convert), into the
+# network timm computes (preact-*-imagenet-timm). Their SHA-256 is not recorded yet: they
+# could not be downloaded where these records were written (see `ConvertedRecord.sha256`).
+# Top-1: timm's results/results-imagenet.csv (huggingface/pytorch-image-models, last changed
+# in commit 4e5207c7, 2025-10-30), ImageNet-1k val at 224, the tag's crop_pct, bicubic.
+TIMM_RESULTS = ("timm results/results-imagenet.csv (huggingface/pytorch-image-models@4e5207c7), "
+                "224 px")
+for _depth, _tag, _top1, _crop in [(18, "ra4_e3600_r224_in1k", 73.572, 0.9),
+                                   (34, "ra4_e3600_r224_in1k", 77.626, 0.9),
+                                   (50, "a1h_in1k", 80.410, 0.95),
+                                   (101, "a1h_in1k", 82.042, 0.95)]:
+    register(ConvertedRecord(
+        model=f"preact-{_depth}-imagenet-timm", tag="imagenet", dataset="imagenet2012",
+        arch=f"resnetv2_{_depth}",
+        url=f"https://huggingface.co/timm/resnetv2_{_depth}.{_tag}/resolve/main/model.safetensors",
+        sha256=None, top1=_top1, top1_source=TIMM_RESULTS, preprocessing="inception",
+        crop_pct=_crop, interpolation="bicubic",
+        note=f"timm's resnetv2_{_depth}.{_tag}, converted; top-1 is timm's, not measured here"))

@@ -30,6 +30,16 @@ BLOCKS = ("basic", "bottleneck", "single")
 CONVS_PER_UNIT = {"basic": 2, "bottleneck": 3, "single": 1}
 EXPANSION = {"basic": 1, "bottleneck": 4, "single": 1}
 FAMILIES = ("cifar", "imagenet")
+# The stem: "paper" is the family's own (CIFAR: a 3x3 conv; ImageNet: fb.resnet.torch's 7x7/2
+# conv-BN-ReLU-3x3/2 max-pool, after which the first unit skips its pre-activation).
+# "conv-pool" (ImageNet only) is timm's ResNetV2 stem, 7x7/2 conv - max-pool with no BN-ReLU:
+# the first unit pre-activates the pooled output itself.
+STEMS = ("paper", "conv-pool")
+# Zero padding of strided convs and the stem's max-pool. "same": TensorFlow's SAME, which
+# pads a stride-2 layer on an even size one more at the bottom/right than at the top/left;
+# "symmetric": PyTorch's (and Torch's) fixed (k - 1) / 2 on each side, what timm computes.
+# Stride-1 layers pad alike either way.
+PADDINGS = ("same", "symmetric")
 POOLINGS = (None, "avg", "max")
 # The forms a network is built in (`build(stages=...)`): the plain layer graph, or each
 # stage's identical units as one loop (`keras_preact.scanned_units`).
@@ -67,6 +77,8 @@ class ResNetSpec:
     include_top: bool = True
     pooling: str | None = None  # only used when include_top=False (Keras Applications)
     classifier_activation: str | None = "softmax"
+    stem: str = "paper"
+    padding: str = "same"
 
     def __post_init__(self):
         # Every field is checked here, whatever made the spec (build, the constructors,
@@ -76,6 +88,11 @@ class ResNetSpec:
         _check_choice("unit", self.unit, UNITS)
         _check_choice("shortcut", self.shortcut, SHORTCUTS)
         _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("stem", self.stem, STEMS)
+        _check_choice("padding", self.padding, PADDINGS)
+        if self.stem != "paper" and self.family != "imagenet":
+            raise ValueError(f"stem={self.stem!r} is an ImageNet stem; the {self.family} family "
+                             "has only stem='paper'.")
         stages = 3 if self.family == "cifar" else 4
         units = self.units
         if not (_is_sequence(units) and len(units) == stages and all(map(is_positive_int, units))):

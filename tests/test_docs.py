@@ -12,7 +12,7 @@ MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_prea
            "keras_preact.training.config", "keras_preact.rundir",
            "keras_preact.deploy", "keras_preact.paper", "keras_preact.introspect",
            "keras_preact.scanned_units", "keras_preact.scan.convert", "keras_preact.scan.files",
-           "keras_preact.pretrained", "keras_preact.host"]
+           "keras_preact.pretrained", "keras_preact.host", "keras_preact.convert"]
 
 
 @pytest.mark.parametrize("name", MODULES)

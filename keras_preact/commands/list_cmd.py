@@ -61,21 +61,29 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
 
 def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list[str]]]:
     from keras_preact import pretrained
-    from keras_preact.paper import PAPER_RESULTS
 
     header = ["name", "weights", "test accuracy (error)", "paper error (%)", "iterations",
               "precision", "file"]
     records = pretrained.all_records()
-    rows = [[r.model, r.tag,
-             f"{100 * r.test_accuracy:.2f} % ({100 - 100 * r.test_accuracy:.2f} %)",
-             f"{r.compare_with}: {PAPER_RESULTS[r.compare_with]}", str(r.iterations),
-             r.precision, r.url or r.file]
-            for r in records if r.model in names]
+    rows = [_weights_row(r) for r in records if r.model in names]
     if not rows:
         published = ", ".join(f"{r.model} ({r.tag})" for r in records) or "none yet"
         raise ValueError(f"No published weights for models matching {pattern!r}. "
                          f"Published: {published}.")
     return header, rows
+
+
+def _weights_row(r) -> list[str]:
+    from keras_preact.paper import PAPER_RESULTS
+    from keras_preact.pretrained import ConvertedRecord
+
+    if isinstance(r, ConvertedRecord):  # the source's own figure: not measured here
+        return [r.model, r.tag, f"{r.top1:.2f} % ({100 - r.top1:.2f} %), source's, ImageNet val",
+                "-", "-", "float32", r.url]
+    return [r.model, r.tag,
+            f"{100 * r.test_accuracy:.2f} % ({100 - 100 * r.test_accuracy:.2f} %)",
+            f"{r.compare_with}: {PAPER_RESULTS[r.compare_with]}", str(r.iterations),
+            r.precision, r.url or r.file]
 
 
 def _print_table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
