@@ -334,3 +334,25 @@ def test_evaluate_uses_the_timm_geometry_and_statistics(tmp_path):
     assert result["examples"] == 4
     assert result["loss"] == pytest.approx(loss(timm), abs=1e-5)
     assert abs(result["loss"] - loss(preprocessing.FAMILY_PREPROCESSING["imagenet"])) > 1e-3
+
+
+def test_the_constructor_builds_the_network_the_tag_was_trained_as(tag18, source18):
+    """`PreActResNet18(weights="imagenet")` is preact-18-imagenet-timm with timm's weights:
+    it classifies an image as timm's model does."""
+    from keras_preact import applications
+
+    tag18()
+    _, reference = source18
+    image = np.random.default_rng(2).integers(0, 256, (1, 64, 64, 3), dtype=np.uint8)
+    x = np.asarray(applications.preprocess_input(image, "inception"))
+    model = applications.PreActResNet18(weights="imagenet", input_shape=(64, 64, 3),
+                                        classifier_activation=None)
+    assert model.name == "preact-18-imagenet-timm"
+    got, expected = model.predict(x, verbose=0), timm_logits(reference, x)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=TOLERANCE)
+    assert got.argmax() == expected.argmax()
+    # Without the tag, the paper's network; a tag of neither is refused as before.
+    assert applications.PreActResNet18(input_shape=(64, 64, 3)).name == "preact-18-imagenet"
+    with pytest.raises(ValueError, match="Unknown weights 'cifar10' for 'preact-18-imagenet'"):
+        applications.PreActResNet18(weights="cifar10")
+    assert 'PreActResNet18(weights="imagenet")' in applications.PreActResNet18.__doc__
