@@ -125,6 +125,11 @@ CASES = {
         "preact-164", classes=100, classifier_activation=None
     ),
     "preact-18-imagenet": lambda: keras_preact.build("preact-18-imagenet"),
+    # timm's network (ZeroPadding before strided convs, conv - max-pool stem) with timm's
+    # preprocessing (mean = std = 127.5) inside, whole, at a small size.
+    "preact-18-imagenet-timm": lambda: keras_preact.build(
+        "preact-18-imagenet-timm", input_shape=(64, 64, 3)
+    ),
 }
 
 
@@ -169,11 +174,13 @@ def test_scanned_stages_export_as_the_plain_graph(cifar_images, tmp_path):
 
 
 def designs() -> list[str]:
-    """One registered name per distinct design (family, block, unit, shortcut): 21 names."""
+    """One registered name per distinct design (family, block, unit, shortcut, stem,
+    padding): 23 names."""
     found = {}
     for name in keras_preact.list_models():
         spec = keras_preact.get_spec(name)
-        found.setdefault((spec.family, spec.block, spec.unit, spec.shortcut), name)
+        key = (spec.family, spec.block, spec.unit, spec.shortcut, spec.stem, spec.padding)
+        found.setdefault(key, name)
     return sorted(found.values())
 
 
