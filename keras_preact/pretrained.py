@@ -122,9 +122,18 @@ def released(model: str) -> dict[str, WeightsRecord]:
     return {tag: r for (name, tag), r in _RECORDS.items() if name == model}
 
 
-def all_records() -> list[WeightsRecord]:
-    """Every published record, sorted by model name and tag."""
-    return sorted(_RECORDS.values(), key=lambda r: (r.model, r.tag))
+def all_records() -> list[WeightsRecord | ConvertedRecord]:
+    """Every published record, in registry order (`keras_preact.list_models()`: family,
+    depth, name), then by tag.
+
+    Example:
+    >>> [r.model for r in all_records()][:3]
+    ['preact-20', 'resnet-20', 'preact-18-imagenet-timm']
+    """
+    from keras_preact.specs import list_models
+
+    order = {name: i for i, name in enumerate(list_models())}
+    return sorted(_RECORDS.values(), key=lambda r: (order[r.model], r.tag))
 
 
 def preprocessing_for(spec) -> Preprocessing:
