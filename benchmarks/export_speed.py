@@ -42,7 +42,7 @@ def main() -> None:
 
     import keras_preact
     from keras_preact.export import export_saved_model
-    from keras_preact.introspect import family_of
+    from keras_preact.introspect import preprocessing_of
     from keras_preact.preprocessing import preprocess_input
     from keras_preact.serving.signatures import model_side
 
@@ -59,7 +59,7 @@ def main() -> None:
         images = tf.constant(image)
         serve_s = median_seconds(lambda: serving(images=images)["probabilities"].numpy(),
                                  args.repeats)
-        normalized = preprocess_input(image, family_of(model))
+        normalized = preprocess_input(image, preprocessing_of(model).stats)
         predict_s = median_seconds(lambda: model.predict(normalized, verbose=0), args.repeats)
         served = serving(images=images)["probabilities"].numpy()
         predicted = model.predict(normalized, verbose=0)

@@ -29,9 +29,11 @@ ARGS_DOC = """
             layer of `classes` units). False: the output is the last feature map (after
             the final BN-ReLU of pre-activation nets), or its pooled vector (`pooling`).
         weights: None (random initialization), a published tag of this network
-            (`keras-preact list --weights`), or the path to a `.weights.h5` file saved
-            from it, in the plain or the scanned form (`keras_preact.scan`). Weights were
-            trained on RGB images: with weights the input needs 3 channels.
+            (`keras-preact list --weights`; a constructor's also builds its `-timm`
+            variant for that variant's tags, `trained_as`), or the path to a
+            `.weights.h5` file saved from it, in the plain or the scanned form
+            (`keras_preact.scan`). Weights were trained on RGB images: with weights the
+            input needs 3 channels.
         input_tensor: optional Keras tensor (e.g. the output of `keras.Input()`) to use as
             the model's input; its shape is the input shape.
         input_shape: optional `(height, width, channels)`. Without weights any size (None:
@@ -63,7 +65,21 @@ CONSTRUCTOR_DOC = """Builds registered network `{model_name}` with Keras Applica
         print(model.output.shape)  # (None, 100)
         features = {public_name}(include_top=False, pooling="avg")
         print(features.output.shape)  # (None, {features})
+{converted}"""
+# For a constructor whose network has a variant with converted weights (`pretrained`,
+# `ConvertedRecord`): those tags build the variant, the network the weights were trained as.
+CONVERTED_DOC = """
+    With `weights="{tag}"`: {note}
+    (top-1 {top1} % by its source, not measured here), in the network they were trained
+    as: `{variant}` (timm's conv - max-pool stem, PyTorch's symmetric
+    padding). The model returned is that network, named so; it takes
+    `preprocess_input(x, "{stats}")`,
+    and evaluation and exports apply the source's crop ({crop_pct}, {interpolation}).
+
+        model = {public_name}(weights="{tag}")  # model.name == "{variant}"
 """
+# The suffix of a registered network's variant that computes what converted weights need.
+VARIANT_SUFFIX = "-timm"
 
 
 def application(
@@ -133,6 +149,33 @@ def _compatible(input_shape, tensor_shape: tuple) -> bool:
             and all(d is None or d == t for d, t in zip(input_shape, tensor_shape)))
 
 
+def trained_as(model_name: str, weights) -> str:
+    """The registered network a constructor of `model_name` builds for `weights`: its own,
+    or its variant (`VARIANT_SUFFIX`) when `weights` is a tag published only for the variant.
+    Weights never load into a network that computes something else.
+
+    Example:
+    >>> trained_as("preact-50-imagenet", "imagenet"), trained_as("preact-50-imagenet", None)
+    ('preact-50-imagenet-timm', 'preact-50-imagenet')
+    """
+    variant = model_name + VARIANT_SUFFIX
+    if (isinstance(weights, str) and weights not in pretrained.released(model_name)
+            and weights in pretrained.released(variant)):
+        return variant
+    return model_name
+
+
+def _converted_doc(public_name: str, model_name: str) -> str:
+    variant = model_name + VARIANT_SUFFIX
+    return "".join(
+        CONVERTED_DOC.format(tag=tag, note=r.note.split(",")[0], top1=r.top1, variant=variant,
+                             stats=r.preprocessing.stats, crop_pct=r.preprocessing.crop_pct,
+                             interpolation=r.preprocessing.interpolation,
+                             public_name=public_name)
+        for tag, r in pretrained.released(variant).items()
+        if tag not in pretrained.released(model_name))
+
+
 def _constructor(public_name: str, model_name: str):
     spec = get_spec(model_name)
 
@@ -147,7 +190,7 @@ def _constructor(public_name: str, model_name: str):
         name: str | None = None,
     ) -> keras.Model:
         return application(
-            model_name,
+            trained_as(model_name, weights),
             include_top,
             weights,
             input_tensor,
@@ -164,6 +207,7 @@ def _constructor(public_name: str, model_name: str):
         block=spec.block, unit=spec.unit, shortcut=spec.shortcut,
         paper=PAPER_RESULTS.get(model_name, "not reported"),
         features=spec.widths[-1] * EXPANSION[spec.block],
+        converted=_converted_doc(public_name, model_name),
     ) + ARGS_DOC.format(model_name_arg="", input_shape=spec.input_shape, classes=spec.classes,
                         name=repr(model_name))
     return constructor
@@ -230,4 +274,4 @@ CONSTRUCTORS = {
     "PreActResNet200": PreActResNet200,
 }
 
-__all__ = ["application", "decode_predictions", "preprocess_input", *CONSTRUCTORS]
+__all__ = ["application", "trained_as", "decode_predictions", "preprocess_input", *CONSTRUCTORS]

@@ -3,7 +3,8 @@
 Every artifact holds the whole inference path, so the other side writes no preprocessing:
 
 - input `images`: uint8 RGB `[batch, side, side, 3]` at the model's input size, batch dynamic;
-- inside the graph: `keras_preact.preprocessing.preprocess_input` of the model's family, the
+- inside the graph: `keras_preact.preprocessing.preprocess_input` with the model's statistics
+  (`keras_preact.introspect.preprocessing_of`: a `-timm` net takes timm's), the
   model in inference mode (BatchNorm with its moving statistics), softmax on a logits head;
 - output `probabilities`: float32 `[batch, classes]`;
 - class names (`keras_preact.labels.class_names`): ONNX `metadata_props["labels"]` and
@@ -107,20 +108,20 @@ def inference_function(model):
     )
 
     from keras_preact import scan
-    from keras_preact.introspect import family_of, outputs_logits
+    from keras_preact.introspect import outputs_logits, preprocessing_of
     from keras_preact.preprocessing import preprocess_input
     from keras_preact.serving.signatures import model_side
 
     if scan.is_scanned(model):
         model = scan.to_layered(model)
-    side, family, logits = model_side(model), family_of(model), outputs_logits(model)
+    side, stats, logits = model_side(model), preprocessing_of(model).stats, outputs_logits(model)
     spec = tf.TensorSpec([None, side, side, 3], tf.uint8, name=INPUT_NAME)
 
     # No AutoGraph: the call has no Python control flow on tensors, and converting a
     # 3,000-layer call is slow.
     @tf.function(input_signature=[spec], autograph=False)
     def serve(images):
-        y = model(preprocess_input(images, family), training=False)
+        y = model(preprocess_input(images, stats), training=False)
         return tf.nn.softmax(y) if logits else y
 
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
@@ -190,7 +191,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     True
     """
     from keras_preact.export import load_for_export
-    from keras_preact.introspect import family_of
+    from keras_preact.introspect import preprocessing_of
     from keras_preact.labels import class_names
 
     path = os.fspath(path)
@@ -199,7 +200,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     _check_model(model, format)
     metadata = {
         "model": name,
-        "preprocessing": family_of(model),
+        "preprocessing": preprocessing_of(model).stats,
         LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1], model_or_path))),
     }
     fn = inference_function(model)

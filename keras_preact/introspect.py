@@ -20,6 +20,7 @@ import re
 import keras
 
 from keras_preact.blocks import DESIGNS
+from keras_preact.preprocessing import FAMILY_PREPROCESSING, Preprocessing
 from keras_preact.specs import CONVS_PER_UNIT, ResNetSpec
 
 # Layer names: `stage{s}_unit{uuu}_{role}` for the layers of a unit (roles: `bn1`, `conv2`,
@@ -106,8 +107,25 @@ def config_spec(config: dict) -> ResNetSpec | None:
 
 
 def family_of(model: keras.Model) -> str:
-    """`model_facts(model).family`: whose preprocessing and evaluation geometry it takes."""
+    """`model_facts(model).family`: "cifar" or "imagenet" (the datasets it fits)."""
     return model_facts(model).family
+
+
+def preprocessing_of(model: keras.Model) -> Preprocessing:
+    """The normalization and evaluation geometry `model` takes: its spec's
+    (`pretrained.preprocessing_for`: a `-timm` net takes timm's), else its family's. The one
+    answer for evaluation, SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
+
+    Example:
+    >>> import keras_preact
+    >>> preprocessing_of(keras_preact.build("preact-18-imagenet-timm", input_shape=(64, 64, 3)))
+    Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic')
+    """
+    from keras_preact.pretrained import preprocessing_for
+
+    facts = model_facts(model)
+    return (FAMILY_PREPROCESSING[facts.family] if facts.spec is None
+            else preprocessing_for(facts.spec))
 
 
 def _family(names: set[str]) -> str:

@@ -6,7 +6,7 @@ served from a SavedModel.
 
 from __future__ import annotations
 
-from keras import ops
+import dataclasses
 
 # Per-channel RGB mean/std of the CIFAR-10 training set on the 0-255 scale, as
 # fb.resnet.torch uses them (cifar10.lua); used for CIFAR-100 too.
@@ -51,6 +51,8 @@ def preprocess_input(x, family: str = "cifar"):
     >>> tuple(y.shape)
     (1, 32, 32, 3)
     """
+    from keras import ops  # here: `pretrained` (the CLI's `list`) reads this module's data
+
     if family not in STATS:
         raise ValueError(
             f"Unknown preprocessing family {family!r}. Valid: {sorted(STATS)}."
@@ -67,40 +69,58 @@ def preprocess_input(x, family: str = "cifar"):
     )
 
 
-# Evaluation input size per family, and the resize-then-centre-crop ratio of fb.resnet.torch
-# (resize the shorter side to 256, centre-crop 224).
-EVAL_SIZE = {"cifar": 32, "imagenet": 224}
-IMAGENET_RESIZE_RATIO = 256 / 224
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """What a network's images go through: normalization with the statistics its weights were
+    trained with (`preprocess_input`), and for evaluation and serving a geometry
+    (`resize_for_eval`). `keras_preact.introspect.preprocessing_of(model)` says which."""
+
+    stats: str  # key of `STATS`: the mean/std
+    size: int  # evaluation side when the network's input size is unspecified
+    # Evaluation: resize the shorter side to size / crop_pct, then centre-crop size x size.
+    # None: resize the whole image to size x size (CIFAR's images are the whole scene).
+    crop_pct: float | None
+    interpolation: str = "bilinear"  # of that resize (`tf.image.resize` method)
 
 
-def resize_for_eval(images, family: str, size: int | None = None):
+# The preprocessing of each family's own networks (fb.resnet.torch's: CIFAR's 32x32 images
+# whole; ImageNet resized to 256 on the shorter side, centre 224). Networks registered for
+# converted weights take their source's instead (`pretrained.preprocessing_for`).
+FAMILY_PREPROCESSING = {
+    "cifar": Preprocessing("cifar", size=32, crop_pct=None),
+    "imagenet": Preprocessing("imagenet", size=224, crop_pct=224 / 256),
+}
+
+
+def resize_for_eval(images, preprocessing: Preprocessing, size: int | None = None):
     """Evaluation geometry, shared by the eval pipeline and the serving signatures.
 
-    CIFAR: bilinear resize to `size` x `size` (a no-op for 32x32 input). ImageNet: resize the
-    shorter side to `size * 256/224`, then centre-crop `size` x `size`.
+    Resize to `size` x `size` (`crop_pct=None`, a no-op for CIFAR's 32x32 input); else resize
+    the shorter side to `size / crop_pct` (ImageNet: 256 for 224), then centre-crop `size` x
+    `size`; with `preprocessing.interpolation`.
 
     Args:
         images: `(batch, height, width, 3)` or `(height, width, 3)` uint8/float tensor.
-        family: "cifar" or "imagenet".
-        size: output side; defaults to `EVAL_SIZE[family]`.
+        preprocessing: the network's (`keras_preact.introspect.preprocessing_of`).
+        size: output side; defaults to `preprocessing.size`.
 
     Returns:
         float32 images of side `size`, values still in [0, 255].
     """
     import tensorflow as tf  # tf.data and SavedModel code paths only
 
-    if family not in EVAL_SIZE:
-        raise ValueError(f"Unknown family {family!r}. Valid: {sorted(EVAL_SIZE)}.")
-    size = size or EVAL_SIZE[family]
+    size = size or preprocessing.size
+    method = preprocessing.interpolation
     # No cast first: tf.image.resize reads uint8 and returns float32, so a large input is never
     # copied at full size as floats (192 MB for a 4096x4096 image).
-    if family == "cifar":
-        return tf.image.resize(images, (size, size))
+    if preprocessing.crop_pct is None:
+        return tf.image.resize(images, (size, size), method=method)
     shape = tf.shape(images)
     height, width = tf.cast(shape[-3], tf.float32), tf.cast(shape[-2], tf.float32)
-    scale = size * IMAGENET_RESIZE_RATIO / tf.minimum(height, width)
+    scale = size / preprocessing.crop_pct / tf.minimum(height, width)
     new_hw = tf.cast(tf.round(tf.stack([height * scale, width * scale])), tf.int32)
-    images = tf.image.resize(images, new_hw)
+    # Bicubic overshoots: clip back to the pixel range the statistics were computed on.
+    images = tf.clip_by_value(tf.image.resize(images, new_hw, method=method), 0.0, 255.0)
     top = (new_hw[0] - size) // 2
     left = (new_hw[1] - size) // 2
     return images[..., top : top + size, left : left + size, :]

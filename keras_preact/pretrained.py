@@ -24,6 +24,8 @@ import os
 import re
 import warnings
 
+from keras_preact.preprocessing import FAMILY_PREPROCESSING, Preprocessing
+
 # Package data: small files ship inside the wheel, beside this module.
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
 # Keras' cache subdirectory for files downloaded from a record's URL.
@@ -84,9 +86,8 @@ class ConvertedRecord:
     sha256: str | None
     top1: float  # the source's own ImageNet top-1 (%) at its eval crop; not measured here
     top1_source: str  # where that figure is published
-    preprocessing: str  # key of the source's mean/std in `keras_preact.preprocessing.STATS`
-    crop_pct: float  # the source's eval: resize the shorter side to 224 / crop_pct, centre 224
-    interpolation: str  # of that resize
+    # The source's mean/std and eval geometry: what `model` takes (`preprocessing_for`).
+    preprocessing: Preprocessing
     note: str = ""
 
     @property
@@ -121,9 +122,46 @@ def released(model: str) -> dict[str, WeightsRecord]:
     return {tag: r for (name, tag), r in _RECORDS.items() if name == model}
 
 
-def all_records() -> list[WeightsRecord]:
-    """Every published record, sorted by model name and tag."""
-    return sorted(_RECORDS.values(), key=lambda r: (r.model, r.tag))
+def all_records() -> list[WeightsRecord | ConvertedRecord]:
+    """Every published record, in registry order (`keras_preact.list_models()`: family,
+    depth, name), then by tag.
+
+    Example:
+    >>> [r.model for r in all_records()][:3]
+    ['preact-20', 'resnet-20', 'preact-18-imagenet-timm']
+    """
+    from keras_preact.specs import list_models
+
+    order = {name: i for i, name in enumerate(list_models())}
+    return sorted(_RECORDS.values(), key=lambda r: (order[r.model], r.tag))
+
+
+def preprocessing_for(spec) -> Preprocessing:
+    """The preprocessing the network `spec` describes takes: for a network registered for
+    converted weights (the `-timm` nets, whose only weights are timm's), its source's (head and
+    image size aside); for another timm stem (`stem="conv-pool"`), timm's ResNetV2 default;
+    else its family's (`preprocessing.FAMILY_PREPROCESSING`).
+
+    Example:
+    >>> from keras_preact.specs import resolve
+    >>> preprocessing_for(resolve("preact-50-imagenet-timm", include_top=False)).crop_pct
+    0.95
+    >>> preprocessing_for(resolve("preact-50-imagenet")).stats
+    'imagenet'
+    """
+    from keras_preact.specs import resolve
+
+    for record in _RECORDS.values():
+        if isinstance(record, ConvertedRecord) and not _differences(
+                spec, resolve(record.model), HEAD_FIELDS + ("classes",)):
+            return record.preprocessing
+    return TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family]
+
+
+def _differences(spec, other, free: tuple[str, ...]) -> list[str]:
+    """The fields, `free` ones aside, in which specs `spec` and `other` differ."""
+    return [f.name for f in dataclasses.fields(spec)
+            if f.name not in free and getattr(spec, f.name) != getattr(other, f.name)]
 
 
 def sha256_of(path: str) -> str:
@@ -164,9 +202,7 @@ def _check_trained_as(spec, record: WeightsRecord) -> None:
     from keras_preact.training.data import dataset_info
 
     trained = resolve(record.model, classes=dataset_info(record.dataset).classes)
-    free = HEAD_FIELDS + ("classes",) * (not spec.include_top)
-    differ = [f.name for f in dataclasses.fields(spec)
-              if f.name not in free and getattr(spec, f.name) != getattr(trained, f.name)]
+    differ = _differences(spec, trained, HEAD_FIELDS + ("classes",) * (not spec.include_top))
     if differ:
         raise ValueError(
             f"Weights {record.tag!r} of {record.model!r} were trained with "
@@ -265,8 +301,7 @@ def _loadable(spec, start: Start) -> Start:
 
 
 def _check_same_network(spec, trained, what: str) -> None:
-    differ = [f.name for f in dataclasses.fields(spec) if f.name not in HEAD_FIELDS
-              and f.name != "classes" and getattr(spec, f.name) != getattr(trained, f.name)]
+    differ = _differences(spec, trained, HEAD_FIELDS + ("classes",))
     if differ:
         raise ValueError(f"The weights of {what} are for another network: "
                          + ", ".join(f"{n}={getattr(trained, n)!r}" for n in differ)
@@ -436,6 +471,9 @@ register(WeightsRecord(
 # in commit 4e5207c7, 2025-10-30), ImageNet-1k val at 224, the tag's crop_pct, bicubic.
 TIMM_RESULTS = ("timm results/results-imagenet.csv (huggingface/pytorch-image-models@4e5207c7), "
                 "224 px")
+# timm's pretrained configs (timm/models/resnetv2.py `_cfg` and its tags): Inception mean/std
+# (0.5), eval at 224 after resizing the shorter side to 224 / crop_pct.
+TIMM_DEFAULT = Preprocessing("inception", size=224, crop_pct=0.875)
 for _depth, _tag, _top1, _crop in [(18, "ra4_e3600_r224_in1k", 73.572, 0.9),
                                    (34, "ra4_e3600_r224_in1k", 77.626, 0.9),
                                    (50, "a1h_in1k", 80.410, 0.95),
@@ -444,6 +482,6 @@ for _depth, _tag, _top1, _crop in [(18, "ra4_e3600_r224_in1k", 73.572, 0.9),
         model=f"preact-{_depth}-imagenet-timm", tag="imagenet", dataset="imagenet2012",
         arch=f"resnetv2_{_depth}",
         url=f"https://huggingface.co/timm/resnetv2_{_depth}.{_tag}/resolve/main/model.safetensors",
-        sha256=None, top1=_top1, top1_source=TIMM_RESULTS, preprocessing="inception",
-        crop_pct=_crop, interpolation="bicubic",
+        sha256=None, top1=_top1, top1_source=TIMM_RESULTS,
+        preprocessing=dataclasses.replace(TIMM_DEFAULT, crop_pct=_crop, interpolation="bicubic"),
         note=f"timm's resnetv2_{_depth}.{_tag}, converted; top-1 is timm's, not measured here"))

@@ -145,7 +145,7 @@ def test_preprocess_input_normalizes_per_channel():
     y = applications.preprocess_input(np.full((1, 1, 1, 3), 255, "uint8"), family="imagenet")
     expected = (255 - np.array(preprocessing.IMAGENET_MEAN)) / np.array(preprocessing.IMAGENET_STD)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(y)[0, 0, 0], expected, rtol=1e-6)
-    with pytest.raises(ValueError, match="Valid: \\['cifar', 'imagenet'\\]"):
+    with pytest.raises(ValueError, match="Valid: \\['cifar', 'imagenet', 'inception'\\]"):
         applications.preprocess_input(x, family="svhn")
 
 

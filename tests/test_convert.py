@@ -281,4 +281,78 @@ def test_the_records_fit_the_converter_and_the_source():
         assert r.url.endswith("/resolve/main/model.safetensors")
         # No hash is invented: each is None until someone downloads the file and records it.
         assert r.sha256 is None or len(r.sha256) == 64
-        assert preprocessing.STATS[r.preprocessing] == ((127.5,) * 3, (127.5,) * 3)
+        assert preprocessing.STATS[r.preprocessing.stats] == ((127.5,) * 3, (127.5,) * 3)
+
+
+# --- Preprocessing follows the network: a -timm net takes its source's everywhere.
+
+@pytest.mark.parametrize("name, expected", [
+    ("preact-18-imagenet-timm", ("inception", 0.9, "bicubic")),
+    ("preact-101-imagenet-timm", ("inception", 0.95, "bicubic")),
+    ("preact-50-imagenet", ("imagenet", 224 / 256, "bilinear")),
+    ("preact-20", ("cifar", None, "bilinear")),
+])
+def test_a_net_takes_the_preprocessing_of_its_weights(name, expected):
+    """Read off the built model (as evaluate and export do), whatever its head and size."""
+    from keras_preact.introspect import preprocessing_of
+
+    spec = keras_preact.get_spec(name)
+    overrides = {"units": (1,) * len(spec.units)} if spec.family == "cifar" else {}
+    model = keras_preact.build(name, include_top=False, input_shape=(48, 48, 3), **overrides)
+    got = preprocessing_of(model)
+    assert (got.stats, got.crop_pct, got.interpolation) == expected
+    if name.endswith("-timm"):
+        assert got == pretrained.released(name)["imagenet"].preprocessing
+
+
+def test_evaluate_uses_the_timm_geometry_and_statistics(tmp_path):
+    """`evaluate` of a -timm net on a folder of odd-sized images: the loss of the model on
+    the images as timm evaluates them (shorter side to 64 / 0.9, bicubic, centre crop,
+    mean = std = 127.5), not as fb.resnet.torch does."""
+    import keras
+    import PIL.Image
+
+    from keras_preact import training
+
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in
+              ((90, 71, 3), (64, 100, 3), (80, 80, 3), (77, 65, 3))]
+    for i, image in enumerate(images):
+        os.makedirs(tmp_path / f"class{i % 2}", exist_ok=True)
+        PIL.Image.fromarray(image).save(tmp_path / f"class{i % 2}" / f"{i}.png")
+    model = keras_preact.build("preact-18-imagenet-timm", input_shape=(64, 64, 3), classes=2)
+    result = training.evaluate(model, dataset=str(tmp_path), batch_size=4)
+
+    def loss(way):  # mean cross-entropy of the model on the images prepared `way`
+        batch = np.stack([preprocessing.resize_for_eval(x, way, 64) for x in images])
+        probs = model(preprocessing.preprocess_input(batch, way.stats), training=False)
+        labels = np.arange(len(images)) % 2
+        return float(np.mean(keras.losses.sparse_categorical_crossentropy(labels, probs)))
+
+    timm = preprocessing.Preprocessing("inception", size=224, crop_pct=0.9,
+                                       interpolation="bicubic")
+    assert result["examples"] == 4
+    assert result["loss"] == pytest.approx(loss(timm), abs=1e-5)
+    assert abs(result["loss"] - loss(preprocessing.FAMILY_PREPROCESSING["imagenet"])) > 1e-3
+
+
+def test_the_constructor_builds_the_network_the_tag_was_trained_as(tag18, source18):
+    """`PreActResNet18(weights="imagenet")` is preact-18-imagenet-timm with timm's weights:
+    it classifies an image as timm's model does."""
+    from keras_preact import applications
+
+    tag18()
+    _, reference = source18
+    image = np.random.default_rng(2).integers(0, 256, (1, 64, 64, 3), dtype=np.uint8)
+    x = np.asarray(applications.preprocess_input(image, "inception"))
+    model = applications.PreActResNet18(weights="imagenet", input_shape=(64, 64, 3),
+                                        classifier_activation=None)
+    assert model.name == "preact-18-imagenet-timm"
+    got, expected = model.predict(x, verbose=0), timm_logits(reference, x)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=TOLERANCE)
+    assert got.argmax() == expected.argmax()
+    # Without the tag, the paper's network; a tag of neither is refused as before.
+    assert applications.PreActResNet18(input_shape=(64, 64, 3)).name == "preact-18-imagenet"
+    with pytest.raises(ValueError, match="Unknown weights 'cifar10' for 'preact-18-imagenet'"):
+        applications.PreActResNet18(weights="cifar10")
+    assert 'PreActResNet18(weights="imagenet")' in applications.PreActResNet18.__doc__

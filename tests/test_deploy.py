@@ -21,7 +21,7 @@ import keras_preact
 from keras_preact import deploy, scan
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
-from keras_preact.introspect import family_of, outputs_logits
+from keras_preact.introspect import outputs_logits, preprocessing_of
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import preprocess_input, resize_for_eval
 from keras_preact.serving.signatures import model_side
@@ -45,9 +45,9 @@ def cifar_images(cifar10_data_dir) -> np.ndarray:
 
 
 def images_for(model: keras.Model, cifar: np.ndarray) -> np.ndarray:
-    """`cifar` brought to the model's input size with its family's eval geometry, as uint8."""
+    """`cifar` brought to the model's input size with its eval geometry, as uint8."""
     side = model_side(model)
-    resized = resize_for_eval(cifar, family_of(model), side).numpy()
+    resized = resize_for_eval(cifar, preprocessing_of(model), side).numpy()
     return np.clip(np.round(resized), 0, 255).astype(np.uint8)
 
 
@@ -57,14 +57,14 @@ def calibrate(model: keras.Model, images: np.ndarray) -> keras.Model:
     layers = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
     for layer in layers:
         layer.momentum = 0.0
-    model(preprocess_input(images, family_of(model)), training=True)
+    model(preprocess_input(images, preprocessing_of(model).stats), training=True)
     for layer in layers:
         layer.momentum = 0.9
     return model
 
 
 def reference(model: keras.Model, images: np.ndarray, preprocess=preprocess_input) -> np.ndarray:
-    y = model(preprocess(images, family_of(model)), training=False)
+    y = model(preprocess(images, preprocessing_of(model).stats), training=False)
     return (tf.nn.softmax(y) if outputs_logits(model) else y).numpy()
 
 
@@ -125,6 +125,11 @@ CASES = {
         "preact-164", classes=100, classifier_activation=None
     ),
     "preact-18-imagenet": lambda: keras_preact.build("preact-18-imagenet"),
+    # timm's network (ZeroPadding before strided convs, conv - max-pool stem) with timm's
+    # preprocessing (mean = std = 127.5) inside, whole, at a small size.
+    "preact-18-imagenet-timm": lambda: keras_preact.build(
+        "preact-18-imagenet-timm", input_shape=(64, 64, 3)
+    ),
 }
 
 
@@ -169,11 +174,13 @@ def test_scanned_stages_export_as_the_plain_graph(cifar_images, tmp_path):
 
 
 def designs() -> list[str]:
-    """One registered name per distinct design (family, block, unit, shortcut): 21 names."""
+    """One registered name per distinct design (family, block, unit, shortcut, stem,
+    padding): 23 names."""
     found = {}
     for name in keras_preact.list_models():
         spec = keras_preact.get_spec(name)
-        found.setdefault((spec.family, spec.block, spec.unit, spec.shortcut), name)
+        key = (spec.family, spec.block, spec.unit, spec.shortcut, spec.stem, spec.padding)
+        found.setdefault(key, name)
     return sorted(found.values())
 
 

@@ -25,7 +25,12 @@ import keras_preact
 from keras_preact.export import export_saved_model
 from keras_preact.introspect import output_kind, outputs_logits
 from keras_preact.labels import class_names
-from keras_preact.preprocessing import preprocess_input, resize_for_eval
+from keras_preact.preprocessing import (
+    FAMILY_PREPROCESSING,
+    Preprocessing,
+    preprocess_input,
+    resize_for_eval,
+)
 from keras_preact.serving.signatures import MAX_ASPECT_RATIO, MAX_SIDE, crop_aspect_ratio
 
 PROBE = textwrap.dedent(
@@ -129,7 +134,7 @@ def example(encoded: bytes) -> bytes:
 
 def reference(model, images: np.ndarray, family: str, side: int) -> np.ndarray:
     """What the model says in Keras: eval geometry, training normalization, inference BN."""
-    resized = resize_for_eval(images, family, side)
+    resized = resize_for_eval(images, FAMILY_PREPROCESSING[family], side)
     return model(preprocess_input(resized, family), training=False).numpy()
 
 
@@ -467,3 +472,22 @@ def test_models_that_are_not_classifiers_are_refused(make, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         export_saved_model(make(), tmp_path, name="m")
     assert not os.path.exists(tmp_path / "m")
+
+
+def test_a_timm_net_serves_with_timms_preprocessing(tmp_path):
+    """preact-18-imagenet-timm's signatures resize as timm evaluates (shorter side to
+    side / 0.9, bicubic, centre crop) and normalize with timm's mean = std = 127.5: the
+    SavedModel answers as the Keras model on those images, and not as on fb.resnet.torch's."""
+    model = keras_preact.build("preact-18-imagenet-timm", input_shape=(64, 64, 3), classes=7)
+    out = run_probe([{"id": "odd", "dir": export_saved_model(model, tmp_path, name="timm"),
+                      "signature": "serving_default", "inputs": {"images": array_input(
+                          IMAGENET_ODD)}}], tmp_path)["odd"]
+
+    def keras_answer(preprocessing):
+        resized = resize_for_eval(IMAGENET_ODD, preprocessing, 64)
+        return model(preprocess_input(resized, preprocessing.stats), training=False).numpy()
+
+    timm = Preprocessing("inception", size=224, crop_pct=0.9, interpolation="bicubic")
+    check_outputs(out, keras_answer(timm), class_names(7))
+    fb = np.abs(keras_answer(FAMILY_PREPROCESSING["imagenet"]) - out["probabilities"]).max()
+    assert fb > 1e-3

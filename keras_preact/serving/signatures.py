@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from keras_preact.introspect import family_of, output_kind
+from keras_preact.introspect import output_kind, preprocessing_of
 from keras_preact.labels import check_names, class_names
-from keras_preact.preprocessing import EVAL_SIZE, preprocess_input, resize_for_eval
+from keras_preact.preprocessing import preprocess_input, resize_for_eval
 
 # Largest accepted image height/width, in pixels: bounds the memory an image can take
 # (a 4096x4096 RGB image decodes to 48 MiB).
@@ -41,13 +41,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def model_side(model: keras.Model) -> int:
-    """The square input side the model expects (its family's eval size if unspecified)."""
+    """The square input side the model expects (its preprocessing's eval size if unspecified)."""
     height, width = model.input_shape[1:3]
     if height != width:
         raise ValueError(
             f"Export needs a square model input. Received input shape {model.input_shape}."
         )
-    return height or EVAL_SIZE[family_of(model)]
+    return height or preprocessing_of(model).size
 
 
 def classifier_probabilities(model: keras.Model) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -150,7 +150,7 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
     >>> sorted(fns)
     ['classify', 'serving_bytes', 'serving_default']
     """
-    family = family_of(model)
+    preprocessing = preprocessing_of(model)
     side = model_side(model)
     probabilities = classifier_probabilities(model)
     num_classes = model.output_shape[-1]
@@ -160,7 +160,7 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
 
     @_traced(tf.TensorSpec([None, side, side, 3], tf.float32))
     def predict(resized):
-        probs = probabilities(preprocess_input(resized, family))
+        probs = probabilities(preprocess_input(resized, preprocessing.stats))
         scores, classes = tf.math.top_k(probs, k)
         return {
             "probabilities": probs,
@@ -178,7 +178,7 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
         return tf.cond(batch_size > 0, compute, empty_outputs)
 
     def geometry(images):
-        return resize_for_eval(crop_aspect_ratio(images), family, side)
+        return resize_for_eval(crop_aspect_ratio(images), preprocessing, side)
 
     def decode_one(data):
         height, width = tf.unstack(_encoded_shape(data))

@@ -319,40 +319,41 @@ def train_dataset(
     image_size: int | None = None,
     seed: int | None = None,
     *,
-    family: str | None = None,
+    preprocessing=None,
     deterministic: bool = False,
 ):
     """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`.
 
     `batch_size` is the *global* batch: `model.fit` under a `tf.distribute` strategy splits
-    it across replicas (and shards it across workers). `family` (default: the dataset's) is
-    the network's: images of any size are first resized to 32x32 for CIFAR nets
-    (`preprocessing.resize_for_eval`, as served) and crop-augmented to `image_size` for
-    ImageNet nets. `deterministic`: the same batches in the same order on every run with
-    the same `seed`.
+    it across replicas (and shards it across workers). `preprocessing` (a
+    `preprocessing.Preprocessing`; default: the dataset's family's) is the network's
+    (`pretrained.preprocessing_for`): images of any size are first resized to 32x32 for CIFAR
+    nets (`preprocessing.resize_for_eval`, as served) and crop-augmented to `image_size` for
+    ImageNet nets, then normalized with its statistics. `deterministic`: the same batches in
+    the same order on every run with the same `seed`.
     """
     import tensorflow as tf
 
-    from keras_preact import preprocessing
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING, preprocess_input
 
-    family = family or dataset_info(name, data_dir).family
+    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
     ds = _load(name, split, data_dir, shuffle_files=True, seed=seed)
-    if family == "cifar":
+    if preprocessing.crop_pct is None:  # whole small images: CIFAR's augmentation
         if not _cifar_sized(name):
-            ds = ds.map(lambda x, y: (_resized(x, family, image_size), y),
+            ds = ds.map(lambda x, y: (_resized(x, preprocessing, image_size), y),
                         num_parallel_calls=tf.data.AUTOTUNE)
         # 50k 32x32 uint8 images are 150 MB: cache decoded, shuffle the whole split.
         ds = ds.cache().shuffle(50_000, seed=seed).repeat()
         ds = ds.map(lambda x, y: (augment_cifar(x), y), num_parallel_calls=tf.data.AUTOTUNE)
     else:
-        size = image_size or preprocessing.EVAL_SIZE["imagenet"]
+        size = image_size or preprocessing.size
         ds = ds.shuffle(10_000, seed=seed).repeat()
         ds = ds.map(
             lambda x, y: (augment_imagenet(x, size), y), num_parallel_calls=tf.data.AUTOTUNE
         )
     ds = ds.batch(batch_size, drop_remainder=True)
     ds = ds.map(
-        lambda x, y: (preprocessing.preprocess_input(x, family), y),
+        lambda x, y: (preprocess_input(x, preprocessing.stats), y),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
@@ -363,13 +364,13 @@ def _cifar_sized(name) -> bool:
     return isinstance(name, str) and name in DATASETS and DATASETS[name].family == "cifar"
 
 
-def _resized(image, family: str, size: int | None):
+def _resized(image, preprocessing, size: int | None):
     """The served geometry (`preprocessing.resize_for_eval`), back in uint8 for the cache."""
     import tensorflow as tf
 
-    from keras_preact import preprocessing
+    from keras_preact.preprocessing import resize_for_eval
 
-    resized = preprocessing.resize_for_eval(image, family, size)
+    resized = resize_for_eval(image, preprocessing, size)
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
 
 
@@ -381,20 +382,21 @@ def eval_dataset(
     image_size: int | None = None,
     cache: bool = False,
     *,
-    family: str | None = None,
+    preprocessing=None,
 ):
-    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224),
-    for a network of `family` (default: the dataset's)."""
+    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224;
+    timm's nets their source's), for a network taking `preprocessing` (default: the dataset's
+    family's)."""
     import tensorflow as tf
 
-    from keras_preact import preprocessing
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING, preprocess_input, resize_for_eval
 
-    family = family or dataset_info(name, data_dir).family
+    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
     ds = _load(name, split, data_dir, shuffle_files=False)
 
     def prepare(image, label):
-        image = preprocessing.resize_for_eval(image, family, image_size)
-        return preprocessing.preprocess_input(image, family), label
+        image = resize_for_eval(image, preprocessing, image_size)
+        return preprocess_input(image, preprocessing.stats), label
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     if cache:

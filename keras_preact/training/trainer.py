@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from keras_preact import host, labels, rundir
 from keras_preact.files import atomic_path
-from keras_preact.introspect import family_of, outputs_logits
+from keras_preact.introspect import family_of, outputs_logits, preprocessing_of
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute
 from keras_preact.training.config import (
@@ -282,14 +282,15 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
+    preprocessing = pretrained.preprocessing_for(spec)
     train_ds = data.train_dataset(source, train_split, config.batch_size, config.data_dir,
-                                  image_size=size, seed=config.seed, family=spec.family,
+                                  image_size=size, seed=config.seed, preprocessing=preprocessing,
                                   deterministic=config.deterministic)
     # Without a slice of train held out, each epoch end is scored on the dataset's own
     # held-out split, for test-error curves like the paper's; no decision is made from them.
     val_ds = None if not held_out else data.eval_dataset(
         source, held_out, config.batch_size, config.data_dir, image_size=size,
-        cache=spec.family == "cifar", family=spec.family)
+        cache=spec.family == "cifar", preprocessing=preprocessing)
     schedule = paper_schedule(
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
@@ -554,7 +555,8 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = Non
         raise ValueError(f"Dataset {dataset!r} has no test or validation split: pass --split.")
     examples = data.check_split(dataset, split, data_dir, download)
     size = model.input_shape[1] if family == "imagenet" else None
-    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size, family=family)
+    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size,
+                           preprocessing=preprocessing_of(model))
     # A twin on the same layers is compiled, so that the caller's model keeps its own.
     twin = keras.Model(model.inputs, model.outputs)
     twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(
