@@ -49,6 +49,11 @@ setup(
         # (65.x on Python 3.11) build the wheel tests/test_released.py inspects, offline.
         "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6",
                  "wheel>=0.38"],
+        # tests/test_models.py builds the networks on Keras' JAX backend too and compares the
+        # outputs with TensorFlow's (the CLI stays on TensorFlow). CPU wheels: jax 0.10.2 pulls
+        # jaxlib and scipy, ~120 MB of downloads, and changes none of TensorFlow's NumPy or
+        # ml_dtypes; PyTorch, the other backend, is gigabytes with its CUDA wheels: not in CI.
+        "jax": ["jax>=0.10"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
         # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with

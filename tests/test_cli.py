@@ -44,6 +44,22 @@ def test_a_failed_download_is_one_line_that_says_what_to_do(
     assert list(empty.iterdir()) == []  # no empty cifar10/VERSION dir left behind
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])  # installed or not: never imported
+def test_another_keras_backend_in_the_shell_runs_on_tensorflow(backend, cifar10_data_dir):
+    """tf.data under Keras' JAX backend raised a raw NotImplementedError; now one warning."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # as a user's
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_preact.cli", "evaluate", "preact-20", "--weights",
+         "cifar10", "--split", "test[:200]", "--data-dir", cifar10_data_dir],
+        capture_output=True, text=True, timeout=600, env={**env, "KERAS_BACKEND": backend})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == (f"keras-preact evaluate: warning: KERAS_BACKEND={backend} ignored: the "
+                           f"command line runs on TensorFlow (keras_preact.build runs on "
+                           f"{backend} in Python).\n")
+    assert done.stdout.startswith("cifar10 test[:200]: error ")
+    assert float(done.stdout.split("accuracy ")[1].split(",")[0]) > 0.85  # the published net
+
+
 def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_model_file):
     """imagenet2012's `test` split has no labels: its held-out split is `validation`."""
     from keras_preact.training import data, trainer
