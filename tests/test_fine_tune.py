@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+import keras_preact
 from keras_preact import cli, labels, pretrained, rundir, training
 
 CLASSES = ("cat", "frog", "ship")  # CIFAR-10 labels 3, 6, 8: sorted, as folders are read
@@ -175,3 +176,66 @@ def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys)
     err = capsys.readouterr().err
     assert "are for another network: " in err and err.count("\n") == 1, err
     assert json.loads(json.dumps(rundir.read_config(runs[0])))["model"] == "preact-20"
+
+
+@pytest.mark.parametrize("freeze", ["none", "bn", "backbone"])
+def test_freeze_keeps_what_it_names_as_loaded(freeze, tmp_path):
+    """A few steps from weights="cifar10" (10 classes: every layer loaded, the classifier
+    too): which weights moved and which are still the published ones."""
+    import keras
+
+    from keras_preact.builder import CLASSIFIER
+
+    images = np.random.default_rng(0).integers(0, 256, (48, 32, 32, 3), dtype=np.uint8)
+    ds = tf.data.Dataset.from_tensor_slices((images, np.arange(48) % 10))
+    trained = training.train("preact-20", output=str(tmp_path), dataset=ds, class_names=CIFAR10,
+                             weights="cifar10", freeze=freeze, steps=3, batch_size=16,
+                             val_examples=16, stages="layers", verbose=0)
+    published = keras_preact.build("preact-20", weights="cifar10")
+    moved = {}  # kind -> [changed?] over the layers of that kind
+    for layer in published.layers:
+        if not layer.weights:
+            continue
+        kind = ("classifier" if layer.name == CLASSIFIER else
+                "bn" if isinstance(layer, keras.layers.BatchNormalization) else "conv")
+        after = trained.get_layer(layer.name).get_weights()
+        for name, before, now in zip([w.name for w in layer.weights], layer.get_weights(), after):
+            moved.setdefault(f"{kind} {name}", []).append(not np.array_equal(before, now))
+    expect = {"none": {"conv", "bn", "classifier"}, "bn": {"conv", "classifier"},
+              "backbone": {"classifier"}}[freeze]
+    assert {key: all(flags) if key.split()[0] in expect else not any(flags)
+            for key, flags in moved.items()} == dict.fromkeys(moved, True), moved
+    # BN moving statistics move only when BN trains.
+    assert {"bn moving_mean", "bn moving_variance", "bn gamma", "bn beta"} <= set(moved)
+    assert any(moved["bn moving_mean"]) == (freeze == "none")
+
+
+def test_mixed_sizes_and_modes_in_a_folder_are_converted_not_refused(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    pixels = {"gray": rng.integers(0, 256, (30, 40), dtype=np.uint8),
+              "rgba": rng.integers(0, 256, (64, 64, 4), dtype=np.uint8),
+              "rgb": rng.integers(0, 256, (24, 20, 3), dtype=np.uint8),
+              "palette": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)}
+    files = {"gray": "cat/gray.png", "rgba": "cat/rgba.png", "rgb": "dog/rgb.bmp",
+             "palette": "dog/palette.gif"}
+    root = tmp_path / "images"
+    for kind, name in files.items():
+        os.makedirs(root / os.path.dirname(name), exist_ok=True)
+        image = PIL.Image.fromarray(pixels[kind])
+        (image.convert("P") if kind == "palette" else image).save(root / name)
+    from keras_preact.training import folders as image_folders
+
+    folder = image_folders.scan(str(root))
+    decoded = {os.path.relpath(path, root): image for path, (image, _) in zip(
+        folder.files, tfds.as_numpy(image_folders.load(folder, "all")))}  # in file order
+    assert np.array_equal(decoded[files["gray"]], np.repeat(pixels["gray"][..., None], 3, -1))
+    assert np.array_equal(decoded[files["rgba"]], pixels["rgba"][..., :3])  # alpha dropped
+    assert np.array_equal(decoded[files["rgb"]], pixels["rgb"])
+    palette = np.array(PIL.Image.open(root / files["palette"]).convert("RGB"))
+    assert np.array_equal(decoded[files["palette"]], palette)
+    # The CLI trains on them: resized to the CIFAR net's 32x32, nothing refused.
+    output = tmp_path / "run"
+    assert cli.main(["train", "preact-20", "--dataset", str(root), "--output", str(output),
+                     "--steps", "1", "--batch-size", "2", "--override", "depth=8"]) == 0
+    assert capsys.readouterr().err == ""
+    assert rundir.read_config(output)["class_names"] == ["cat", "dog"]
