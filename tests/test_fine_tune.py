@@ -43,10 +43,11 @@ def write_folder(root, data_dir, split: str, per_class: int) -> str:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, cifar10_data_dir):
     """Train: images the published cifar10 weights never trained on (they held out
-    train[45000:]); test: the official test split."""
+    train[45000:]); test: 600 of the official test split (200 per class: the accuracies of
+    the runs below are measured to +-2 %)."""
     base = tmp_path_factory.mktemp("images")
     return (write_folder(base / "train", cifar10_data_dir, "train[45000:]", 100),
-            write_folder(base / "test", cifar10_data_dir, "test", 50))
+            write_folder(base / "test", cifar10_data_dir, "test", 200))
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +65,14 @@ def runs(folders, tmp_path_factory):
 def test_fine_tuned_from_cifar10_beats_random_weights_on_held_out_images(folders, runs):
     _, test_dir = folders
     tuned, scratch = (training.evaluate(str(run), dataset=test_dir) for run in runs)
-    assert tuned["examples"] == scratch["examples"] == 150
-    assert tuned["accuracy"] > 0.8, tuned
-    assert tuned["accuracy"] > scratch["accuracy"] + 0.2, (tuned, scratch)
+    assert tuned["examples"] == scratch["examples"] == 600
+    # Measured (3 runs on 150 test images): fine-tuned 93.3-94.7 %, from random weights
+    # 73-76 % (3 easy classes, 13 epochs), so "20 points better" failed 2 runs of 3. The wide
+    # margin, stated so that run-to-run noise cannot flip it: fewer than half the errors
+    # (measured: a fifth to a quarter), and 10 points or more.
+    assert tuned["accuracy"] > 0.85, tuned
+    assert 1 - tuned["accuracy"] < (1 - scratch["accuracy"]) / 2, (tuned, scratch)
+    assert tuned["accuracy"] > scratch["accuracy"] + 0.1, (tuned, scratch)
     config = rundir.read_config(runs[0])
     assert (config["class_names"], config["classes"]) == (list(CLASSES), 3)
     # The fine-tuning defaults, and validation carved from the folder (20 % of 300).
