@@ -132,17 +132,26 @@ def test_a_failed_download_removes_only_what_it_created(monkeypatch, tmp_path):
         "downloads", "downloads/other", "downloads/other/kept.tmp", "mnist", "mnist/1.0.0"]
 
 
-def test_the_download_probe_stops_at_the_first_unreachable_host(monkeypatch):
+def test_the_download_probe_asks_each_http_host_once_and_stops_at_an_unreachable_one(
+        monkeypatch):
+    import io
+    import urllib.error
     import urllib.request
 
     asked = []
 
     def urlopen(request, timeout):
         asked.append((request.get_method(), request.full_url, timeout))
-        raise OSError("[Errno 101] Network is unreachable")
+        if "b.example" in request.full_url:
+            raise urllib.error.URLError(OSError("[Errno 101] Network is unreachable"))
+        if "a.example" in request.full_url:  # an HTTP error is an answer: the host is there
+            raise urllib.error.HTTPError(request.full_url, 405, "Method Not Allowed", {}, None)
+        return io.BytesIO()
 
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    urls = ["https://a.example/x.gz", "https://a.example/y.gz", "http://b.example/z.tgz"]
-    with pytest.raises(data.DownloadFailed, match=r"\(a\.example unreachable: \[Errno 101\] "):
+    urls = ["ftp://0.example/w.gz", "https://a.example/x.gz", "https://a.example/y.gz",
+            "http://b.example/z.tgz", "https://c.example/v.zip"]
+    with pytest.raises(data.DownloadFailed, match=r"\(b\.example unreachable: \[Errno 101\] "):
         data._probe(urls, "mnist")
-    assert asked == [("HEAD", "https://a.example/x.gz", data.PROBE_TIMEOUT_S)]
+    assert asked == [("HEAD", "https://a.example/x.gz", data.PROBE_TIMEOUT_S),
+                     ("HEAD", "http://b.example/z.tgz", data.PROBE_TIMEOUT_S)]

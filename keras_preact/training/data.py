@@ -198,14 +198,16 @@ def _download_failed(name: str, cause: str) -> str:
 
 def _probe(urls, name: str) -> None:
     """One HEAD request (through the environment's proxies, as TFDS' requests) to each host
-    of `urls`; any HTTP answer will do. Datasets without recorded URLs are not probed."""
+    of `urls`; any HTTP answer will do. Datasets without recorded URLs, and FTP ones (no HEAD
+    there), are not probed."""
     import urllib.error
     import urllib.parse
     import urllib.request
 
     hosts = {}
     for url in urls:
-        hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
+        if url.startswith(("http://", "https://")):
+            hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
     for host, url in sorted(hosts.items()):
         try:
             urllib.request.urlopen(urllib.request.Request(url, method="HEAD"),
