@@ -166,19 +166,20 @@ def test_a_bad_folder_is_one_line_and_writes_nothing(kind, message, tmp_path, ca
     (["--weights", "imagenet"], "Unknown weights 'imagenet' for 'preact-20'"),
     (["--dataset", "imdb_reviews"], "TFDS dataset 'imdb_reviews' is not image classification"),
 ])
-def test_bad_weights_or_dataset_is_one_line(argv, message, tmp_path, capsys):
+def test_bad_weights_or_dataset_is_one_line(argv, message, tmp_path, capsys, cifar10_data_dir):
     output = tmp_path / "run"
     assert cli.main(["train", "preact-20", "--output", str(output), "--steps", "1",
-                     "--batch-size", "2", "--data-dir", str(tmp_path), *argv]) == 2
+                     "--batch-size", "2", "--data-dir", cifar10_data_dir, *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
     assert message in err
     assert not output.exists()
 
 
-def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys):
-    assert cli.main(["train", "resnet-20", "--weights", str(runs[0]), "--dataset",
-                     "cifar10", "--output", str(tmp_path / "run")]) == 2
+def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys,
+                                                          cifar10_data_dir):
+    assert cli.main(["train", "resnet-20", "--weights", str(runs[0]), "--dataset", "cifar10",
+                     "--data-dir", cifar10_data_dir, "--output", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "are for another network: " in err and err.count("\n") == 1, err
     assert json.loads(json.dumps(rundir.read_config(runs[0])))["model"] == "preact-20"
