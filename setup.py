@@ -58,6 +58,11 @@ setup(
         # in .ci/run, or `--index-url https://download.pytorch.org/whl/cpu`): left to pip,
         # timm's dependency resolves to a multi-GB CUDA build. keras_preact never imports it.
         "convert": ["timm>=1.0.12", "torch>=2.4"],
+        # tests/test_models.py builds the networks on Keras' JAX backend too and compares the
+        # outputs with TensorFlow's (the CLI stays on TensorFlow). CPU wheels: jax 0.10.2 pulls
+        # jaxlib and scipy, ~120 MB of downloads, and changes none of TensorFlow's NumPy or
+        # ml_dtypes. (Keras' PyTorch backend is not tested: torch comes only with `convert`.)
+        "jax": ["jax>=0.10"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
         # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with

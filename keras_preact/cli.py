@@ -20,6 +20,10 @@ COMMANDS = ("list", "train", "evaluate", "plot", "export")
 # TensorFlow's C++ start-up lines (oneDNN notes, "failed call to cuInit" on CPU-only
 # machines) read as failures; hidden unless --verbose or the user set the variable.
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+# The commands are TensorFlow's (tf.data input, tf.distribute, SavedModel export), so Keras runs
+# on TensorFlow under them, whatever this says: a KERAS_BACKEND set for one's own JAX or PyTorch
+# code need not be unset first, and nothing the commands write depends on the backend.
+KERAS_BACKEND = "KERAS_BACKEND"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,10 +83,16 @@ def import_tensorflow(verbose: bool = False) -> None:
     Commands that need TensorFlow call this first. It loads with oneDNN on where TensorFlow
     would leave it off (`host.use_onednn`). TF_CPP_MIN_LOG_LEVEL=3 hides its later C++ logs;
     the lines its libraries print while loading (before absl logging is initialized, whatever
-    the level) are sent to /dev/null for the duration of the import.
+    the level) are sent to /dev/null for the duration of the import. Keras is set to run on
+    TensorFlow (`KERAS_BACKEND`), with one warning if the environment asked for another.
     """
     if "tensorflow" in sys.modules:
         return
+    backend = os.environ.get(KERAS_BACKEND, "tensorflow")
+    if backend != "tensorflow" and "keras" not in sys.modules:
+        warnings.warn(f"{KERAS_BACKEND}={backend} ignored: the command line runs on TensorFlow "
+                      f"(keras_preact.build runs on {backend} in Python).", stacklevel=2)
+    os.environ[KERAS_BACKEND] = "tensorflow"
     host.use_onednn()
     if verbose:
         return

@@ -425,24 +425,33 @@ def test_max_layers_bounds_every_registered_network():
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_builders_run_on_other_keras_backends(backend):
-    """The builders use only `keras.*`: same net on another backend (CI installs neither)."""
+def test_builders_run_on_other_keras_backends(backend, tmp_path):
+    """The builders use only `keras.*`: the same net, with the same weights, gives the same
+    outputs on another backend (CI installs JAX: the `jax` extra; PyTorch is not installed)."""
     pytest.importorskip(backend)
+    model = keras_preact.build("resnet-110-exclusive-gating", units=(2, 1, 1))
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    model.save_weights(tmp_path / "net.weights.h5")
+    np.save(tmp_path / "images.npy", images)
     code = (
-        "import keras, keras_preact, numpy as np\n"
+        "import keras, keras_preact, numpy as np, sys\n"
         f"assert keras.backend.backend() == {backend!r}\n"
         "m = keras_preact.build('resnet-110-exclusive-gating', units=(2, 1, 1))\n"
-        "print(keras.ops.convert_to_numpy(m(np.ones((2, 32, 32, 3), 'float32'))).shape)\n"
+        "m.load_weights(sys.argv[1] + '/net.weights.h5')\n"
+        "out = m(np.load(sys.argv[1] + '/images.npy'), training=False)\n"
+        "np.save(sys.argv[1] + '/out.npy', keras.ops.convert_to_numpy(out))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, str(tmp_path)],
         env={**os.environ, "KERAS_BACKEND": backend},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "(2, 10)"
+    other = np.load(tmp_path / "out.npy")
+    assert other.shape == (2, 10)
+    np.testing.assert_allclose(other, model(images, training=False).numpy(), atol=2e-5)
 
 
 def test_mixed_precision_keeps_the_classifier_in_float32():

@@ -90,3 +90,28 @@ print(json.dumps({"units": {k: v["direct"].tolist() for k, v in units.items()},
     assert got["runs"] == {"original": [2.0 * k for k in range(1, 11)],
                            "pre-activation": [2.0 * k for k in range(1, 11)]}
     assert shown_images(nb) == 3  # two signal-propagation figures, the training curves
+
+
+def test_fine_tune(small_settings, monkeypatch):
+    monkeypatch.setenv("KERAS_PREACT_PER_CLASS", "100")  # 300 training images, 60 test images
+    monkeypatch.setenv("KERAS_PREACT_STEPS", "60")
+    check = """import json
+from keras_preact import rundir
+config = rundir.read_config(RUN_DIR)
+test_labels = [s.decode() for s in serve(images=tf.constant(np.stack([
+    np.array(PIL.Image.open(os.path.join(TEST_DIR, c, f"{i:04d}.png")))
+    for c in CLASSES for i in range(20)])))["labels"][:, 0].numpy()]
+print(json.dumps({"class_names": config["class_names"], "weights": config["weights"],
+                  "steps": int(tuned.optimizer.iterations), "evaluated": result,
+                  "label": outputs["labels"][0][0].numpy().decode(), "true": true_class,
+                  "served": test_labels}))"""
+    nb, got = execute("fine_tune.ipynb", check, small_settings)
+    assert got["class_names"] == ["cat", "frog", "ship"] and got["weights"] == "cifar10"
+    assert got["steps"] == 60 and got["evaluated"]["examples"] == 60
+    assert got["evaluated"]["accuracy"] > 0.7, got["evaluated"]  # chance: 1/3
+    # The served model answers with the folder names, and mostly the right one.
+    assert set(got["served"]) <= {"cat", "frog", "ship"}
+    truth = [c for c in ("cat", "frog", "ship") for _ in range(20)]
+    assert sum(s == t for s, t in zip(got["served"], truth)) >= 0.7 * len(truth)
+    assert got["true"] == "ship" and got["label"] in got["class_names"]
+    assert shown_images(nb) == 1  # the served prediction next to the image

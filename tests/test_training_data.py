@@ -107,3 +107,51 @@ def test_imagenet_scale_aspect_augmentation_keeps_size_and_range():
 def test_unknown_dataset_is_rejected():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'.*cifar10.*TFDS.*folder"):
         data.dataset_info("no_such_set")
+
+
+def test_a_failed_download_removes_only_what_it_created(monkeypatch, tmp_path):
+    """TFDS fails after the host probe passed: its NAME/VERSION, downloads/NAME and
+    extraction dirs go; what the data dir held before stays."""
+    (tmp_path / "downloads" / "other").mkdir(parents=True)
+    (tmp_path / "downloads" / "other" / "kept.tmp").write_text("a download of another dataset")
+    (tmp_path / "mnist" / "1.0.0").mkdir(parents=True)  # another version, already there
+
+    def fail(self, *args, **kwargs):
+        (tmp_path / "mnist" / "3.0.1").mkdir()
+        (tmp_path / "downloads" / "mnist").mkdir()
+        (tmp_path / "downloads" / "mnist" / "t10k.gz.tmp.1").write_text("partial")
+        (tmp_path / "downloads" / "extracted").mkdir()
+        raise OSError("Connection reset by peer\nmore TFDS lines")
+
+    monkeypatch.setattr(data, "_probe", lambda urls, name: None)
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
+    with pytest.raises(data.DownloadFailed, match=r"^Could not download dataset 'mnist' "
+                       r"\(OSError: Connection reset by peer\)\. Without network"):
+        data.check_split("mnist", "train", str(tmp_path), download=True)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "downloads", "downloads/other", "downloads/other/kept.tmp", "mnist", "mnist/1.0.0"]
+
+
+def test_the_download_probe_asks_each_http_host_once_and_stops_at_an_unreachable_one(
+        monkeypatch):
+    import io
+    import urllib.error
+    import urllib.request
+
+    asked = []
+
+    def urlopen(request, timeout):
+        asked.append((request.get_method(), request.full_url, timeout))
+        if "b.example" in request.full_url:
+            raise urllib.error.URLError(OSError("[Errno 101] Network is unreachable"))
+        if "a.example" in request.full_url:  # an HTTP error is an answer: the host is there
+            raise urllib.error.HTTPError(request.full_url, 405, "Method Not Allowed", {}, None)
+        return io.BytesIO()
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    urls = ["ftp://0.example/w.gz", "https://a.example/x.gz", "https://a.example/y.gz",
+            "http://b.example/z.tgz", "https://c.example/v.zip"]
+    with pytest.raises(data.DownloadFailed, match=r"\(b\.example unreachable: \[Errno 101\] "):
+        data._probe(urls, "mnist")
+    assert asked == [("HEAD", "https://a.example/x.gz", data.PROBE_TIMEOUT_S),
+                     ("HEAD", "http://b.example/z.tgz", data.PROBE_TIMEOUT_S)]

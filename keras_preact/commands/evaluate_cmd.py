@@ -7,7 +7,7 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
-from keras_preact.training.data import DATASET_HELP
+from keras_preact.training.data import DATASET_HELP, check_source
 
 
 def add_parser(subparsers) -> None:
@@ -29,6 +29,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # A misspelt, unsuitable, unprepared or unreachable dataset fails before TensorFlow
+    # starts (seconds): TFDS needs none for this.
+    check_source(args.dataset, args.data_dir, args.download)
     import_tensorflow(args.verbose)
     from keras_preact import training
 

@@ -11,6 +11,7 @@ import sys
 
 from keras_preact import rundir
 from keras_preact.cli import import_tensorflow
+from keras_preact.training import data
 from keras_preact.training.config import TrainConfig, add_arguments, parse_overrides
 
 
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     # The recipe is checked before TensorFlow starts: bad flags fail at once.
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{**values, "overrides": parse_overrides(args.overrides)})
+    # A misspelt, unsuitable, unprepared or unreachable dataset fails before TensorFlow
+    # starts (seconds): TFDS needs none for this.
+    data.check_source(config.dataset, config.data_dir, args.download)
     import_tensorflow(args.verbose)
     from keras_preact import training
 

@@ -9,6 +9,9 @@ the same numbers.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import shutil
 
 # TensorFlow and preprocessing (Keras) are imported where used: `keras-preact train --help`
 # reads DATASETS (through TrainConfig) and must answer at once.
@@ -95,6 +98,42 @@ def _tfds_info(name: str, data_dir: str | None) -> DatasetInfo:
                        val_split=val, val_share=0.0 if val else TFDS_VAL_SHARE)
 
 
+def check_source(name: str, data_dir: str | None = None, download: bool = False):
+    """What `check_split` checks first, without TensorFlow (the CLI calls it before TensorFlow
+    starts, which takes 8-17 s on 2 busy cores): `name` is an image folder, or a TFDS
+    image-classification dataset whose data dir exists and which is prepared or, with
+    `download`, whose download hosts answer (one probe each, `PROBE_TIMEOUT_S` at most).
+    Returns the TFDS builder (None for a folder).
+
+    Example:
+    >>> check_source("cifar10", "../shared/tensorflow_datasets").is_prepared()  # doctest: +SKIP
+    True
+    """
+    import tensorflow_datasets as tfds
+
+    from keras_preact.training import folders
+
+    dataset_info(name, data_dir)
+    if folders.is_folder(name):
+        return None
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
+    builder = tfds.builder(name, data_dir=data_dir)
+    if _is_prepared(builder):
+        return builder
+    if download and name != "imagenet2012":
+        _probe(builder.url_infos or {}, name)
+        return builder
+    hint = (
+        " ImageNet needs a manual download: `tfds build imagenet2012 --manual_dir DIR "
+        "--data_dir D` (see the TFDS imagenet2012 page)."
+        if name == "imagenet2012"
+        else f" Prepare it with `tfds build {name} --data_dir D`, or allow the download."
+    )
+    raise FileNotFoundError(
+        f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!s}.{hint}")
+
+
 def check_split(name: str, split: str, data_dir: str | None, download: bool = False) -> int:
     """Fails early, with a clear message, unless `split` of `name` is available.
 
@@ -104,10 +143,6 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     images in `split` are decoded once (`folders.check_images`).
     Returns the number of examples in `split` (TFDS slicing syntax, e.g. "train[:45000]").
     """
-    import os
-
-    import tensorflow_datasets as tfds
-
     from keras_preact.training import folders
 
     if folders.is_folder(name):
@@ -118,23 +153,9 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
                              f"(it has {len(folder.files)}).")
         folders.check_images(folder, split)
         return examples
-    dataset_info(name, data_dir)
-    if data_dir is not None and not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
-    builder = tfds.builder(name, data_dir=data_dir)
-    if not builder.is_prepared():
-        if download and name != "imagenet2012":
-            _download(builder, name)
-        else:
-            hint = (
-                " ImageNet needs a manual download: `tfds build imagenet2012 --manual_dir DIR "
-                "--data_dir D` (see the TFDS imagenet2012 page)."
-                if name == "imagenet2012"
-                else f" Prepare it with `tfds build {name} --data_dir D`, or allow the download."
-            )
-            raise FileNotFoundError(
-                f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!s}.{hint}"
-            )
+    builder = check_source(name, data_dir, download)
+    if not _is_prepared(builder):
+        _download(builder, name)
     base = split.split("[")[0]
     if base not in builder.info.splits:
         raise ValueError(
@@ -152,20 +173,88 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     return examples
 
 
+def _is_prepared(builder) -> bool:
+    """`builder.is_prepared()` without the absl warning it logs when not ("Variant folder
+    ... has no dataset_info.json"): `check_split` says so in its own words."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        return builder.is_prepared()
+    finally:
+        absl.setLevel(level)
+
+
 class DownloadFailed(ConnectionError):
     """TFDS could not download a dataset (no network, a proxy, the host down)."""
 
 
+# Each download host is tried once, this long, before TFDS starts (`check_source`): TFDS
+# retries every file 10 times with back-off (3.4 minutes of urllib3 warnings offline).
+PROBE_TIMEOUT_S = 5
+
+
 def _download(builder, name: str) -> None:
+    """Downloads and prepares `name` into `builder`'s data dir; on failure, one line, and
+    what the attempt created there (dataset, downloads and extraction dirs) is removed."""
+    root = str(builder.data_dir_root)
+    before = _paths(root)
     try:
         builder.download_and_prepare()
     except Exception as error:  # requests, urllib3 and TFDS raise many kinds for one cause
+        _remove_new(root, before)
         cause = str(error).splitlines()[0][:300] if str(error) else ""
-        raise DownloadFailed(
-            f"Could not download dataset {name!r} ({type(error).__name__}: {cause}). Without "
-            f"network, pass --data-dir with a prepared copy, or run `tfds build {name} "
-            "--data_dir DIR` on a machine with network and copy DIR here."
-        ) from None
+        raise DownloadFailed(_download_failed(name, f"{type(error).__name__}: {cause}")) from None
+
+
+def _download_failed(name: str, cause: str) -> str:
+    return (f"Could not download dataset {name!r} ({cause}). Without network, pass --data-dir "
+            f"with a prepared copy, or run `tfds build {name} --data_dir DIR` on a machine with "
+            "network and copy DIR here.")
+
+
+def _probe(urls, name: str) -> None:
+    """One HEAD request (through the environment's proxies, as TFDS' requests) to each host
+    of `urls`; any HTTP answer will do. Datasets without recorded URLs, and FTP ones (no HEAD
+    there), are not probed."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    hosts = {}
+    for url in urls:
+        if url.startswith(("http://", "https://")):
+            hosts.setdefault(urllib.parse.urlsplit(url).netloc, url)
+    for host, url in sorted(hosts.items()):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"),
+                                   timeout=PROBE_TIMEOUT_S).close()
+        except urllib.error.HTTPError:
+            pass  # the host answered
+        except (OSError, ValueError) as error:  # URLError, timeouts, refused connections
+            reason = getattr(error, "reason", error)
+            raise DownloadFailed(_download_failed(name, f"{host} unreachable: {reason}")) from None
+
+
+def _paths(root: str, depth: int = 3) -> set[str]:
+    """`root` and what is in it `depth` levels down: where a TFDS download writes
+    (NAME/VERSION, downloads/NAME/FILE.tmp, downloads/extracted)."""
+    found = {root} if os.path.exists(root) else set()
+    level = [root]
+    for _ in range(depth):
+        level = [os.path.join(d, n) for d in level
+                 if os.path.isdir(d) and not os.path.islink(d) for n in os.listdir(d)]
+        found.update(level)
+    return found
+
+
+def _remove_new(root: str, before: set[str]) -> None:
+    """Removes what is under `root` now and was not in `before` (only that)."""
+    for path in sorted(_paths(root) - before):  # a folder before what is in it
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.remove(path)
 
 
 def train_base(name) -> str:
