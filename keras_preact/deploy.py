@@ -39,6 +39,8 @@ from __future__ import annotations
 import json
 import os
 
+from keras_preact import files
+
 # Keras and TensorFlow are imported inside the functions: the CLI reads FORMATS to build its
 # parser, and `keras-preact --help` must not wait for TensorFlow.
 
@@ -61,18 +63,19 @@ def output_files(path: str, format: str) -> list[str]:
     return [path] + ([stem + extra] if extra else [])
 
 
-def _check_target(path: str, format: str) -> None:
+def check_target(path: str, format: str) -> None:
+    """ValueError or OSError (one line) unless `export(..., path, format=format)` can write
+    there: a known format, the suffix its runtime expects, a directory that is (or can be
+    made) a directory, none of `output_files` present. `export` checks first; the CLI calls it
+    before it builds a model too."""
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}. Valid: {sorted(FORMATS)}.")
     if not path.endswith(FORMATS[format]):
         raise ValueError(
             f"A {format} export needs a path ending in {FORMATS[format]!r}. Received: {path!r}"
         )
-    existing = [f for f in output_files(path, format) if os.path.exists(f)]
-    if existing:
-        raise FileExistsError(
-            f"Not overwriting {', '.join(existing)}: remove it or pick a new path."
-        )
+    files.check_directory(os.path.dirname(os.path.abspath(path)))
+    files.check_new(output_files(path, format))
 
 
 def _check_model(model, format: str) -> None:
@@ -177,7 +180,10 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     Args:
         model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir.
         path: the model file: `*.onnx`, `*.tflite` (plus `*.labels.txt` beside it) or `*.xml`
-            (plus `*.bin`). Existing files are never overwritten (FileExistsError).
+            (plus `*.bin`). Existing files are never overwritten (FileExistsError), nor is a
+            path another export is writing (FileExistsError at once). The files appear all
+            together once complete (`keras_preact.files.new_files`): an export killed at any
+            moment leaves none of them.
         format: "onnx", "litert" or "openvino" (see `FORMATS`).
 
     OpenVINO on a CPU with bfloat16 units (AVX512-BF16, AMX) computes in bfloat16 unless the
@@ -194,21 +200,17 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     from keras_preact.labels import class_names
 
     path = os.fspath(path)
-    _check_target(path, format)
-    model, name = load_for_export(model_or_path)
-    _check_model(model, format)
-    metadata = {
-        "model": name,
-        "preprocessing": family_of(model),
-        LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1]))),
-    }
-    fn = inference_function(model)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        WRITERS[format](fn, path, metadata)
-    except BaseException:
-        for f in output_files(path, format):  # no half-written artifact left behind
-            if os.path.exists(f):
-                os.remove(f)
-        raise
+    check_target(path, format)
+    # From here until the files are in place, a second export to `path` is refused; a kill
+    # leaves only hidden temporaries, which the next export replaces (`files.new_files`).
+    with files.new_files(output_files(path, format)) as temps:
+        model, name = load_for_export(model_or_path)
+        _check_model(model, format)
+        fn = inference_function(model)
+        metadata = {
+            "model": name,
+            "preprocessing": family_of(model),
+            LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1]))),
+        }
+        WRITERS[format](fn, temps[0], metadata)  # it derives the companion's name: temps[1]
     return path
