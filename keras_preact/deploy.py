@@ -5,7 +5,10 @@ Every artifact holds the whole inference path, so the other side writes no prepr
 - input `images`: uint8 RGB `[batch, side, side, 3]` at the model's input size, batch dynamic;
 - inside the graph: `keras_preact.preprocessing.preprocess_input` of the model's family, the
   model in inference mode (BatchNorm with its moving statistics), softmax on a logits head;
-- output `probabilities`: float32 `[batch, classes]`;
+- output `probabilities`: float32 `[batch, classes]`: softmax, or a sigmoid head's
+  independent per-class probabilities as they are (the SavedModel's rule,
+  `keras_preact.serving.signatures.classifier_probabilities`; feature extractors and
+  multi-output models are refused);
 - class names (`keras_preact.labels.class_names`): ONNX `metadata_props["labels"]` and
   OpenVINO rt_info `keras_preact/labels` (JSON lists), LiteRT a `NAME.labels.txt` file beside
   `NAME.tflite` (one name per line: LiteRT has no metadata field the runtime reads).
@@ -87,11 +90,6 @@ def _check_model(model, format: str) -> None:
             f"holds at most {limit / 2**30:.0f} GiB. Export it with format='openvino' or as a "
             "SavedModel."
         )
-    if len(model.output_shape) != 2:
-        raise ValueError(
-            "Export needs a classifier with a (batch, classes) output. "
-            f"Received output shape {model.output_shape}."
-        )
 
 
 def inference_function(model):
@@ -110,21 +108,22 @@ def inference_function(model):
     )
 
     from keras_preact import scan
-    from keras_preact.introspect import family_of, outputs_logits
+    from keras_preact.introspect import family_of
     from keras_preact.preprocessing import preprocess_input
-    from keras_preact.serving.signatures import model_side
+    from keras_preact.serving.signatures import classifier_probabilities, model_side
 
     if scan.is_scanned(model):
         model = scan.to_layered(model)
-    side, family, logits = model_side(model), family_of(model), outputs_logits(model)
+    # The SavedModel's rule: what the output holds decides the softmax; non-classifiers fail.
+    probabilities = classifier_probabilities(model)
+    side, family = model_side(model), family_of(model)
     spec = tf.TensorSpec([None, side, side, 3], tf.uint8, name=INPUT_NAME)
 
     # No AutoGraph: the call has no Python control flow on tensors, and converting a
     # 3,000-layer call is slow.
     @tf.function(input_signature=[spec], autograph=False)
     def serve(images):
-        y = model(preprocess_input(images, family), training=False)
-        return tf.nn.softmax(y) if logits else y
+        return probabilities(preprocess_input(images, family))
 
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
 
@@ -178,7 +177,8 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     """Writes `model_or_path` as one ONNX, LiteRT or OpenVINO artifact; returns its path.
 
     Args:
-        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir.
+        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir: a classifier
+            with one output, as `keras_preact.export.export_saved_model` takes.
         path: the model file: `*.onnx`, `*.tflite` (plus `*.labels.txt` beside it) or `*.xml`
             (plus `*.bin`). Existing files are never overwritten (FileExistsError), nor is a
             path another export is writing (FileExistsError at once). The files appear all
@@ -206,7 +206,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     with files.new_files(output_files(path, format)) as temps:
         model, name = load_for_export(model_or_path)
         _check_model(model, format)
-        fn = inference_function(model)
+        fn = inference_function(model)  # refuses a model that is not a classifier
         metadata = {
             "model": name,
             "preprocessing": family_of(model),

@@ -308,6 +308,38 @@ def test_export_model_dispatches_by_format(tmp_path):
     assert out == str(tmp_path / "m.xml") and (tmp_path / "m.bin").is_file()
 
 
+# The SavedModel's rule for every format (serving.signatures.classifier_probabilities): a sigmoid
+# head is served as it is; features and several outputs are refused in one line, as there.
+def two_outputs():
+    logits = keras_preact.build("preact-20", depth=8, classifier_activation=None)
+    return keras.Model(logits.inputs, [logits.outputs[0], logits.get_layer("avg_pool").output])
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+def test_a_sigmoid_head_is_served_as_it_is(format, cifar_images, tmp_path):
+    model = calibrate(keras_preact.build("preact-20", depth=8, classifier_activation="sigmoid"),
+                      cifar_images[:32])
+    path = deploy.export(model, tmp_path / f"m{deploy.FORMATS[format]}", format=format)
+    got = RUNNERS[format](path, cifar_images[32:40])
+    expected = model(preprocess_input(cifar_images[32:40]), training=False).numpy()
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    assert np.abs(got.sum(axis=1) - 1).max() > 0.1  # not a softmax
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+@pytest.mark.parametrize("make, message", [
+    (two_outputs, r"Expected a model with one output. Received 2 outputs: \[\(None, 10\), "),
+    (lambda: keras_preact.build("preact-20", depth=8, include_top=False, pooling="avg"),
+     r"one \(batch, classes\) output of logits or probabilities. Received: a model whose "
+     r"output is features of shape \(None, 64\)"),
+])
+def test_models_that_are_not_classifiers_are_refused_as_for_saved_model(format, make, message,
+                                                                          tmp_path):
+    with pytest.raises(ValueError, match=message):
+        deploy.export(make(), tmp_path / f"m{deploy.FORMATS[format]}", format=format)
+    assert os.listdir(tmp_path) == []
+
+
 # Run by a Python of its own: exports with the CLI, but the writer is killed (SIGKILL) once it
 # has written half of each file.
 KILLED_MID_WRITE = """
