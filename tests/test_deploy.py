@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
-from keras_preact import deploy, files, scan
+from keras_preact import cli, deploy, files, scan
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
 from keras_preact.introspect import family_of, outputs_logits
@@ -387,22 +387,32 @@ def test_an_export_killed_mid_write_leaves_nothing_and_the_rerun_completes(
     check_artifact(model, cifar_images[32:40], out, format)
 
 
-def test_an_export_terminated_from_outside_leaves_nothing(small_model_file, tmp_path):
-    """SIGTERM, as `timeout` and `docker stop` send, while the export runs (it holds its
-    lock from before the model loads until the files are in place)."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_export_stopped_by_a_signal_leaves_nothing(signum, small_model_file, tmp_path):
+    """SIGTERM (as `timeout` and `docker stop` send) ends the export where it is; Ctrl-C
+    (SIGINT) ends it in one line, exit 130, its temporaries removed. The signal comes while
+    the export runs: it holds its lock from before the model loads until the files are in
+    place."""
     _, model_file = small_model_file
     out = tmp_path / "m.onnx"
     lock = tmp_path / (files.LOCK_PREFIX + out.name + files.LOCK_SUFFIX)
     command = [sys.executable, "-m", "keras_preact.cli", "export", str(model_file),
                "--format", "onnx", "-o", str(out)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     deadline = time.monotonic() + 120
     while not lock.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    process.terminate()
-    process.communicate(timeout=60)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
     assert not out.exists()
-    assert all(name.startswith(".") for name in os.listdir(tmp_path))
+    if signum == signal.SIGINT:
+        assert (process.returncode, err) == (cli.INTERRUPTED,
+                                             "keras-preact export: interrupted\n")
+        assert os.listdir(tmp_path) == []
+    else:
+        assert process.returncode == -signal.SIGTERM
+        assert all(name.startswith(".") for name in os.listdir(tmp_path))
     assert cli_main(command[3:]) == 0
     assert os.listdir(tmp_path) == ["m.onnx"]
 

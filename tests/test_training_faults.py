@@ -3,6 +3,7 @@ backups, failed starts, bad environment. Each error is one line that names its s
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -204,3 +205,34 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
         f"localhost:{ports[1]}) connected within 3 s; start them all with the same TF_CONFIG "
         "cluster, or raise --connect-timeout.")
     assert time.monotonic() - started < 250
+
+
+def _interrupt_when(command, ready, cwd=None):
+    """Runs the CLI `command` in a process of its own, sends it SIGINT (Ctrl-C) once
+    `ready()`, and returns (exit status, stderr)."""
+    process = subprocess.Popen([sys.executable, "-m", "keras_preact.cli", *command],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=cwd)
+    deadline = time.monotonic() + 300
+    while not ready() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
+
+
+def test_ctrl_c_during_training_is_one_line_and_keeps_the_backup(cifar10_data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    command = ["train", "preact-20", "--override", "depth=8", "--output", str(run_dir),
+               "--data-dir", cifar10_data_dir, "--steps", "100000", "--batch-size", "16",
+               "--val-examples", "1000", "--backup-every", "5"]
+    backup = run_dir / "backup" / "latest.weights.h5"
+    status, err = _interrupt_when(command, backup.exists)
+    assert status == cli.INTERRUPTED
+    assert err == "keras-preact train: interrupted; rerun the same command to resume\n"
+    assert not (run_dir / "model.keras").exists()
+    with trainer.run_lock(str(run_dir)):  # released
+        pass
+    saved = callbacks.restore_backup(trainer.build_and_compile(
+        "preact-20", training.paper_schedule(100000), overrides=TINY), str(run_dir / "backup"))
+    assert saved >= 5

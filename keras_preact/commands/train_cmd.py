@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
                    help="multi-worker: how long to wait for the other workers of TF_CONFIG "
                    "(default: 5 minutes)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_interrupt="rerun the same command to resume")
 
 
 def run(args: argparse.Namespace) -> int:
