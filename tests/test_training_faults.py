@@ -99,13 +99,55 @@ def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
     fresh = _fit_with_backups(str(tmp_path / "other"), steps=1)
     assert callbacks.restore_backup(fresh, backup_dir, log=said.append) == 2
     assert len(said) == 1 and said[0].startswith(f"keras-preact: warning: {latest}: ")
-    assert said[0].endswith(f"resuming from {backup_dir}/{callbacks.PREVIOUS_FILE} instead")
+    assert f"resuming from {backup_dir}/{callbacks.PREVIOUS_FILE} instead" in said[0]
     previous = os.path.join(backup_dir, callbacks.PREVIOUS_FILE)
     with open(previous, "r+b") as f:
         f.truncate(100)
     with pytest.raises(ValueError, match=f"No readable backup in {backup_dir} .*Delete "
                                          f"{backup_dir} to start over"):
         callbacks.restore_backup(fresh, backup_dir)
+
+
+def test_after_falling_back_the_damaged_backup_leaves_the_rotation(tmp_path):
+    """The next backup keeps the good one it resumed from as previous (it kept the damaged
+    file there, and a second damage then left nothing to resume from)."""
+    backup_dir = str(tmp_path / "backup")
+    _fit_with_backups(backup_dir, steps=3)
+    latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
+    with open(latest, "r+b") as f:
+        f.truncate(os.path.getsize(latest) // 2)
+    said = []
+    model = _fit_with_backups(str(tmp_path / "other"), steps=1)
+    assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
+    damaged = os.path.join(backup_dir, callbacks.DAMAGED_FILE)
+    assert said[0].endswith(f"instead (the damaged file is now {damaged})")
+    backup = callbacks.RunBackup(backup_dir, every=1, steps_per_epoch=3, saved_step=2)
+    backup.set_model(model)
+    model.optimizer.iterations.assign(3)
+    backup.on_train_batch_end(0, {"loss": 2.0})
+    with open(latest, "r+b") as f:  # damaged again: the previous one is still good
+        f.truncate(os.path.getsize(latest) // 2)
+    assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
+
+
+def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
+    """A backup after a divergence that is still finite (a loss of 3e9) was kept as "the last
+    good backup", and the rerun resumed from it to a 9 % accuracy net."""
+    backup_dir = tmp_path / "backup"
+    model = _fit_with_backups(str(tmp_path / "other"), steps=1)
+    backup = callbacks.RunBackup(str(backup_dir), every=1, steps_per_epoch=100)
+    backup.set_model(model)
+    chance = np.log(10)
+    for step, loss in [(1, 2.3), (2, 3e9), (3, float("nan")), (4, 10.01 * chance),
+                       (5, 9.99 * chance)]:
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(0, {"loss": loss})
+        saved = json.load(open(backup_dir / callbacks.BACKUP_METADATA))["step"]
+        assert saved == {1: 1, 2: 1, 3: 1, 4: 1, 5: 5}[step]
+    model.optimizer.iterations.assign(6)
+    model.layers[-1].bias.assign(np.full(10, np.inf, "float32"))
+    backup.on_epoch_end(0, {"loss": 2.3})
+    assert backup.saved_step == 5
 
 
 @pytest.mark.parametrize("setup, argv, message", [

@@ -3,6 +3,7 @@ sessions log and the progress lines."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from keras_preact.files import atomic_path, atomic_write
 from keras_preact.rundir import (
     BACKUP_FILE,
     BACKUP_METADATA,
+    DAMAGED_FILE,
     METRICS_COLUMNS,
     PREVIOUS_FILE,
     read_sessions,
@@ -30,6 +32,24 @@ def optimizer_step(model) -> int:
 
 def _finite(value) -> bool:
     return value is None or math.isfinite(float(value))
+
+
+# A loss this many times the chance level, ln(classes) (the cross-entropy of uniform guesses,
+# about where an initialized net starts), has diverged: on average the true class gets less
+# than classes**-10 of the probability, far worse than guessing. Healthy runs stay within a
+# few times chance level, even in their first steps.
+SANE_LOSS_FACTOR = 10
+
+
+def sane_loss(loss, classes: int) -> bool:
+    """Whether a cross-entropy `loss` (None: not reported) is one to back up: finite and at
+    most `SANE_LOSS_FACTOR` times chance level.
+
+    Example:
+    >>> sane_loss(2.3, 10), sane_loss(3e9, 10), sane_loss(float("nan"), 10)
+    (True, False, False)
+    """
+    return loss is None or float(loss) <= SANE_LOSS_FACTOR * math.log(classes)
 
 
 class TrainingGuard(keras.callbacks.Callback):
@@ -71,7 +91,12 @@ def restore_backup(model, backup_dir: str, log=print) -> int | None:
             errors.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
         if errors:
-            log(f"keras-preact: warning: {errors[0]}; resuming from {path} instead")
+            # Out of the rotation, or the next backup would keep it as the previous one.
+            damaged = os.path.join(backup_dir, DAMAGED_FILE)
+            with contextlib.suppress(FileNotFoundError):  # another worker moved it
+                os.replace(paths[0], damaged)
+            log(f"keras-preact: warning: {errors[0]}; resuming from {path} instead (the "
+                f"damaged file is now {damaged})")
         return optimizer_step(model)
     raise ValueError(f"No readable backup in {backup_dir} ({'; '.join(errors)}). Delete "
                      f"{backup_dir} to start over, or choose another --output.")
@@ -81,8 +106,9 @@ class RunBackup(keras.callbacks.Callback):
     """Backs the run up (weights and optimizer state) every `every` optimizer steps and at
     each epoch end, for `restore_backup` to resume from:
 
-    - no poisoned backups: a save is skipped when the loss or any weight is not finite, so
-      the last good backup survives a NaN;
+    - no poisoned backups: a save is skipped when any weight is not finite or the loss fit
+      reports (the epoch's running mean) is not `sane_loss`, so the last good backup
+      survives a divergence;
     - atomic files (`keras_preact.files`), the previous backup kept beside the newest;
     - multi-worker safety: only the chief writes (`chief=False` saves nothing).
     """
@@ -97,17 +123,16 @@ class RunBackup(keras.callbacks.Callback):
         self.saved_step = saved_step
 
     def on_train_batch_end(self, batch, logs=None):
-        step = optimizer_step(self.model)
-        if step % self.every == 0 and _finite((logs or {}).get("loss")):
-            self._save()
+        if optimizer_step(self.model) % self.every == 0:
+            self._save(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        if _finite((logs or {}).get("loss")):
-            self._save()
+        self._save(logs)
 
-    def _save(self):
+    def _save(self, logs):
         step = optimizer_step(self.model)
-        if step == self.saved_step:
+        if step == self.saved_step or not sane_loss((logs or {}).get("loss"),
+                                                    self.model.output_shape[-1]):
             return
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
             return
