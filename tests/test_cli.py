@@ -14,7 +14,9 @@ from keras_preact import cli
 def _no_network(monkeypatch):
     import tensorflow_datasets as tfds
 
-    def refuse(self, *args, **kwargs):
+    def refuse(self, *args, **kwargs):  # after making its dirs, as TFDS does
+        os.makedirs(self.data_dir)
+        os.makedirs(os.path.join(self.data_dir_root, "downloads", "cifar10", "x.tar.gz.tmp"))
         raise requests.exceptions.ConnectionError(
             "HTTPSConnectionPool(host='www.cs.toronto.edu', port=443): Max retries exceeded")
 
@@ -43,6 +45,7 @@ def test_a_failed_download_is_one_line_that_says_what_to_do(
                           "(ConnectionError: HTTPSConnectionPool(host='www.cs.toronto.edu'")
     assert "pass --data-dir with a prepared copy" in err and "tfds build cifar10" in err
     assert not (tmp_path / "run").exists()
+    assert os.listdir(empty) == []  # no empty cifar10/3.0.2 for TFDS to warn about later
 
 
 def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_model_file):

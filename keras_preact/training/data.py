@@ -51,6 +51,8 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     import tensorflow_datasets as tfds
 
     dataset_info(name)
+    if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise NotADirectoryError(f"The data dir {data_dir!r} is not a directory.")
     if data_dir is not None and not os.path.isdir(data_dir):
         raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
     builder = tfds.builder(name, data_dir=data_dir)
@@ -89,9 +91,21 @@ class DownloadFailed(ConnectionError):
 
 
 def _download(builder, name: str) -> None:
+    """`builder.download_and_prepare()`; on failure, one-line DownloadFailed, and the
+    directories the attempt made are removed (an empty dataset dir left by TFDS made every
+    later TFDS call warn about it)."""
+    import os
+    import shutil
+
+    from keras_preact.files import missing_dirs
+
+    made = [dirs[-1] for dirs in (missing_dirs(builder.data_dir), missing_dirs(
+        os.path.join(builder.data_dir_root, "downloads"))) if dirs]  # the top-most of each
     try:
         builder.download_and_prepare()
     except Exception as error:  # requests, urllib3 and TFDS raise many kinds for one cause
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
         cause = str(error).splitlines()[0][:300] if str(error) else ""
         raise DownloadFailed(
             f"Could not download dataset {name!r} ({type(error).__name__}: {cause}). Without "

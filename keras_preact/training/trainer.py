@@ -396,8 +396,12 @@ def run_lock(output: str):
 
 
 def _check_input_size(spec, family: str) -> None:
-    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square."""
-    height, width = spec.input_shape[:2]
+    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square;
+    both are RGB."""
+    height, width, channels = spec.input_shape
+    if channels != 3:
+        raise ValueError(f"The datasets' images are RGB: input_shape needs 3 channels. "
+                         f"Received: input_shape={spec.input_shape}")
     if family == "cifar" and (height, width) not in ((32, 32), (None, None)):
         raise ValueError(f"CIFAR images are 32x32: train with input_shape (32, 32, 3). "
                          f"Received: input_shape={spec.input_shape}")
