@@ -91,7 +91,7 @@ def _fit_with_backups(backup_dir, steps):
 
 def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
     backup_dir = str(tmp_path / "backup")
-    _fit_with_backups(backup_dir, steps=3)
+    _fit_with_backups(backup_dir, steps=4)
     latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
     with open(latest, "r+b") as f:
         f.truncate(os.path.getsize(latest) // 2)
@@ -112,7 +112,7 @@ def test_after_falling_back_the_damaged_backup_leaves_the_rotation(tmp_path):
     """The next backup keeps the good one it resumed from as previous (it kept the damaged
     file there, and a second damage then left nothing to resume from)."""
     backup_dir = str(tmp_path / "backup")
-    _fit_with_backups(backup_dir, steps=3)
+    _fit_with_backups(backup_dir, steps=4)
     latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
     with open(latest, "r+b") as f:
         f.truncate(os.path.getsize(latest) // 2)
@@ -121,33 +121,42 @@ def test_after_falling_back_the_damaged_backup_leaves_the_rotation(tmp_path):
     assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
     damaged = os.path.join(backup_dir, callbacks.DAMAGED_FILE)
     assert said[0].endswith(f"instead (the damaged file is now {damaged})")
-    backup = callbacks.RunBackup(backup_dir, every=1, steps_per_epoch=3, saved_step=2)
+    backup = callbacks.RunBackup(backup_dir, every=1, steps_per_epoch=4, saved_step=2)
     backup.set_model(model)
-    model.optimizer.iterations.assign(3)
-    backup.on_train_batch_end(0, {"loss": 2.0})
+    for step in (3, 4):  # the step-3 backup, good by the step-4 loss
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(step - 3, {"loss": 2.0})
+    assert backup.saved_step == 3
     with open(latest, "r+b") as f:  # damaged again: the previous one is still good
         f.truncate(os.path.getsize(latest) // 2)
     assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
 
 
 def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
-    """A backup after a divergence that is still finite (a loss of 3e9) was kept as "the last
-    good backup", and the rerun resumed from it to a 9 % accuracy net."""
+    """A backup after a divergence that is still finite was kept as "the last good backup"
+    (--lr 1000: the step-8 one, loss 3e9), and the rerun resumed from it to a 9 % net. A
+    backup's loss is the next step's, computed with its weights."""
     backup_dir = tmp_path / "backup"
     model = _fit_with_backups(str(tmp_path / "other"), steps=1)
     backup = callbacks.RunBackup(str(backup_dir), every=1, steps_per_epoch=100)
     backup.set_model(model)
     chance = np.log(10)
-    for step, loss in [(1, 2.3), (2, 3e9), (3, float("nan")), (4, 10.01 * chance),
-                       (5, 9.99 * chance)]:
+    # The loss of each step (computed before its update), and the newest good backup after it.
+    steps = [(2.3, None), (2.2, 1), (9.99 * chance, 2), (10.01 * chance, 2), (2.0, 4),
+             (3e9, 4)]
+    losses = []
+    for step, (loss, newest) in enumerate(steps, start=1):
+        losses.append(loss)
         model.optimizer.iterations.assign(step)
-        backup.on_train_batch_end(0, {"loss": loss})
-        saved = json.load(open(backup_dir / callbacks.BACKUP_METADATA))["step"]
-        assert saved == {1: 1, 2: 1, 3: 1, 4: 1, 5: 5}[step]
-    model.optimizer.iterations.assign(6)
-    model.layers[-1].bias.assign(np.full(10, np.inf, "float32"))
-    backup.on_epoch_end(0, {"loss": 2.3})
-    assert backup.saved_step == 5
+        backup.on_train_batch_end(step - 1, {"loss": np.float32(np.mean(losses))})
+        assert backup.saved_step == newest
+    assert json.load(open(backup_dir / callbacks.BACKUP_METADATA))["step"] == 4
+    backup.on_epoch_end(0, {})  # a new epoch: its first loss is the step-6 backup's
+    model.layers[-1].bias.assign(np.full(10, np.inf, "float32"))  # not finite: not saved
+    for step in (7, 8):
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(step - 7, {"loss": 2.0})
+    assert backup.saved_step == 6 and backup.pending_step is None
 
 
 @pytest.mark.parametrize("setup, argv, message", [

@@ -19,6 +19,7 @@ from keras_preact.rundir import (
     BACKUP_METADATA,
     DAMAGED_FILE,
     METRICS_COLUMNS,
+    PENDING_FILE,
     PREVIOUS_FILE,
     read_sessions,
     write_sessions,
@@ -106,9 +107,11 @@ class RunBackup(keras.callbacks.Callback):
     """Backs the run up (weights and optimizer state) every `every` optimizer steps and at
     each epoch end, for `restore_backup` to resume from:
 
-    - no poisoned backups: a save is skipped when any weight is not finite or the loss fit
-      reports (the epoch's running mean) is not `sane_loss`, so the last good backup
-      survives a divergence;
+    - no poisoned backups: a backup is good when its weights are finite and its loss is
+      `sane_loss`. Its loss is that of the next step, which fit computes with the saved
+      weights (the loss reported with them was computed before their last update): so a
+      backup is first written as `PENDING_FILE` and becomes the newest one only once the
+      next step's loss is sane. The last good backup survives a divergence;
     - atomic files (`keras_preact.files`), the previous backup kept beside the newest;
     - multi-worker safety: only the chief writes (`chief=False` saves nothing).
     """
@@ -120,31 +123,49 @@ class RunBackup(keras.callbacks.Callback):
         self.every = every
         self.steps_per_epoch = steps_per_epoch
         self.chief = chief
-        self.saved_step = saved_step
+        self.saved_step = saved_step  # of the newest good backup
+        self.pending_step = None  # of the backup waiting for its loss
+        self.mean_loss = 0.0  # fit's running mean over the epoch, up to the last batch
 
     def on_train_batch_end(self, batch, logs=None):
+        mean = (logs or {}).get("loss")
+        if self.pending_step is not None:
+            # This batch's loss, from the running means fit reports (float64: exact enough
+            # until a huge loss, after which the epoch's later batches read as not sane).
+            loss = None if mean is None else (batch + 1) * float(mean) - batch * self.mean_loss
+            self._confirm(sane_loss(loss, self.model.output_shape[-1]))
+        self.mean_loss = 0.0 if mean is None else float(mean)
         if optimizer_step(self.model) % self.every == 0:
-            self._save(logs)
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self._save(logs)
+        self._save()
+        self.mean_loss = 0.0
 
-    def _save(self, logs):
+    def _save(self):
         step = optimizer_step(self.model)
-        if step == self.saved_step or not sane_loss((logs or {}).get("loss"),
-                                                    self.model.output_shape[-1]):
+        if step in (self.saved_step, self.pending_step):
             return
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
+            return
+        self.pending_step = step
+        if self.chief:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            with atomic_path(os.path.join(self.backup_dir, PENDING_FILE)) as tmp:
+                self.model.save_weights(tmp, overwrite=True)
+
+    def _confirm(self, good: bool):
+        """The pending backup becomes the newest (`good`) or is dropped."""
+        step, self.pending_step = self.pending_step, None
+        if not good:
             return
         self.saved_step = step
         if not self.chief:
             return
-        os.makedirs(self.backup_dir, exist_ok=True)
         latest = os.path.join(self.backup_dir, BACKUP_FILE)
-        with atomic_path(latest) as tmp:
-            self.model.save_weights(tmp, overwrite=True)
-            if os.path.exists(latest):
-                os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        if os.path.exists(latest):
+            os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        os.replace(os.path.join(self.backup_dir, PENDING_FILE), latest)
         metadata = json.dumps({"epoch": step // self.steps_per_epoch, "step": step})
         atomic_write(os.path.join(self.backup_dir, BACKUP_METADATA), lambda f: f.write(metadata))
 
