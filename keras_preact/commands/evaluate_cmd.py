@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact import training
     from keras_preact.training.data import dataset_info
 
-    split = args.split or dataset_info(args.dataset).eval_split
+    split = dataset_info(args.dataset).eval_split if args.split is None else args.split
     result = training.evaluate(model_from_args(args), dataset=args.dataset, split=split,
                                data_dir=args.data_dir, download=args.download,
                                batch_size=args.batch_size)

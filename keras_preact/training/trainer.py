@@ -440,7 +440,7 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = Non
     from keras_preact.api import load_for_inference
 
     info = data.dataset_info(dataset)
-    split = split or info.eval_split
+    split = info.eval_split if split is None else split
     check_positive(batch_size=batch_size)
     # A wrong path or a model that does not fit fails before the data is touched (downloaded).
     model = load_for_inference(model_or_path)
