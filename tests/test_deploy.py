@@ -398,8 +398,9 @@ def test_an_export_stopped_by_a_signal_leaves_nothing(signum, small_model_file, 
     lock = tmp_path / (files.LOCK_PREFIX + out.name + files.LOCK_SUFFIX)
     command = [sys.executable, "-m", "keras_preact.cli", "export", str(model_file),
                "--format", "onnx", "-o", str(out)]
+    quiet = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TFDS sets it
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=quiet)
     deadline = time.monotonic() + 120
     while not lock.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from keras_preact import cli, host, training
+from keras_preact import cli, host, rundir, training
 from keras_preact.training import callbacks, trainer
 
 TINY = {"depth": 8}
@@ -258,12 +258,13 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
     assert time.monotonic() - started < 250
 
 
-def _interrupt_when(command, ready, cwd=None):
+def _interrupt_when(command, ready):
     """Runs the CLI `command` in a process of its own, sends it SIGINT (Ctrl-C) once
     `ready()`, and returns (exit status, stderr)."""
+    quiet = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TFDS sets it
     process = subprocess.Popen([sys.executable, "-m", "keras_preact.cli", *command],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=cwd)
+                               env=quiet)
     deadline = time.monotonic() + 300
     while not ready() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -287,3 +288,6 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_backup(cifar10_data_di
     saved = callbacks.restore_backup(trainer.build_and_compile(
         "preact-20", training.paper_schedule(100000), overrides=TINY), str(run_dir / "backup"))
     assert saved >= 5
+    # The session is on record with the steps it made, though no epoch ended ([0, 0] before).
+    (session,) = rundir.read_sessions(run_dir)
+    assert session["steps"][0] == 0 and session["steps"][1] >= saved

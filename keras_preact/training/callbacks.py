@@ -172,13 +172,14 @@ class RunBackup(keras.callbacks.Callback):
 
 class SessionLog(keras.callbacks.Callback):
     """Adds this process' entry to RUN_DIR's `rundir.SESSIONS` when fit starts and keeps its
-    seconds and last step current at each epoch end (a crash loses at most the epoch it was
-    in, whose steps the resume repeats anyway)."""
+    seconds and last step current at each epoch end and when fit stops on an error (`record`;
+    a kill -9 loses at most the epoch it was in, whose steps the resume repeats anyway)."""
 
     def __init__(self, run_dir: str, machine: str):
         super().__init__()
         self.run_dir = run_dir
         self.machine = machine
+        self.entry = None
 
     def on_train_begin(self, logs=None):
         self.started = time.monotonic()
@@ -190,6 +191,13 @@ class SessionLog(keras.callbacks.Callback):
         write_sessions(self.run_dir, self.sessions)
 
     def on_epoch_end(self, epoch, logs=None):
+        self.record()
+
+    def record(self):
+        """Brings this process' entry up to date; also called when fit ends otherwise (an
+        exception, Ctrl-C, a lost worker), which Keras tells no callback."""
+        if self.entry is None:  # fit did not start
+            return
         self.entry["seconds"] = round(time.monotonic() - self.started, 1)
         self.entry["steps"][1] = optimizer_step(self.model)
         write_sessions(self.run_dir, self.sessions)

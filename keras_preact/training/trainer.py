@@ -265,16 +265,21 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
     if not val_split:  # first, so every later callback reads test_* for the test split
         callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
+    sessions = run_callbacks.SessionLog(run_dir, _machine(strat))
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
                                                   schedule))
-        callbacks.append(run_callbacks.SessionLog(run_dir, _machine(strat)))
+        callbacks.append(sessions)
     if verbose:
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
     # The datasets shuffle themselves (fit would only warn that it cannot).
-    net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
-            initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
-            callbacks=callbacks, verbose=0)
+    try:
+        net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
+                initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
+                callbacks=callbacks, verbose=0)
+    except BaseException:
+        sessions.record()  # the steps this process made are on record
+        raise
 
     if guard.nan_step is not None:
         kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
