@@ -291,3 +291,25 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_backup(cifar10_data_di
     # The session is on record with the steps it made, though no epoch ended ([0, 0] before).
     (session,) = rundir.read_sessions(run_dir)
     assert session["steps"][0] == 0 and session["steps"][1] >= saved
+
+
+def test_a_lost_worker_is_named_with_its_address(monkeypatch):
+    from keras_preact.training import distribute
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:2222", "b:2222"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    # What a survivor's fit raised (tf.errors.UnavailableError) when worker 1 was killed.
+    seen = ("Graph execution error:\n\nDetected at node CollectiveReduceV2_1 defined at (most "
+            "recent call last):\n  File \"<frozen runpy>\", line 198\n\nCollective ops is "
+            "aborted by: Socket closed\nAdditional GRPC error information from remote target "
+            "/job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf:\n"
+            ":UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:\"Socket closed\"}")
+    assert distribute.lost_worker(RuntimeError(seen)) == "worker 1 at b:2222 (Socket closed)"
+    # Or, when the coordination service noticed first (the node's placement names task 0):
+    seen = ("Detected at node CollectiveReduceV2 on /job:worker/replica:0/task:0/device:CPU:0"
+            "\nCollective ops is aborted by: Error reported from /job:worker/task:1: The "
+            "following tasks are unhealthy (stopped sending heartbeats):\n"
+            "/job:worker/replica:0/task:1\nThe tasks have crashed.")
+    assert distribute.lost_worker(RuntimeError(seen)) == (
+        "worker 1 at b:2222 (The following tasks are unhealthy (stopped sending heartbeats))")
+    assert distribute.lost_worker(RuntimeError("OOM when allocating tensor")) is None

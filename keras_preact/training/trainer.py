@@ -40,12 +40,21 @@ from keras_preact.training.schedule import paper_schedule
 CIFAR_WARMUP_SHARE = 400 / 64000
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf at `step`; the last good backup is kept in RUN_DIR/backup."""
+class TrainingStopped(RuntimeError):
+    """Training stopped at `step` for a reason the message gives, with what to do; the last
+    good backup is kept in RUN_DIR/backup for the rerun to resume from."""
 
     def __init__(self, message: str, step: int):
         super().__init__(message)
         self.step = step
+
+
+class TrainingDiverged(TrainingStopped):
+    """The loss became NaN/inf at `step`."""
+
+
+class WorkerLost(TrainingStopped):
+    """A worker of a multi-worker run stopped answering at `step`; the others cannot go on."""
 
 
 def train(
@@ -272,20 +281,27 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, train_split, v
         callbacks.append(sessions)
     if verbose:
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
-    # The datasets shuffle themselves (fit would only warn that it cannot).
-    try:
+
+    def kept() -> str:  # what a rerun resumes from, once training stopped
+        return (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
+                if backup.saved_step is not None else "no backup had been written yet")
+
+    try:  # the datasets shuffle themselves (fit would only warn that it cannot)
         net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
                 initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
                 callbacks=callbacks, verbose=0)
-    except BaseException:
+    except BaseException as error:
         sessions.record()  # the steps this process made are on record
-        raise
+        lost = distribute.lost_worker(error)
+        if lost is None:
+            raise
+        step = run_callbacks.optimizer_step(net)
+        raise WorkerLost(f"Lost {lost}, at step {step}; {kept()}. Restart every worker with "
+                         "the same command to resume.", step) from None
 
     if guard.nan_step is not None:
-        kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
-                if backup.saved_step is not None else "no backup had been written yet")
         raise TrainingDiverged(
-            f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept}. "
+            f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept()}. "
             f"Rerun with a lower --lr (or a longer --warmup-steps) to resume from it; "
             f"{rundir.CONFIG} records the change.", guard.nan_step,
         )
