@@ -24,6 +24,8 @@ TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 # on TensorFlow under them, whatever this says: a KERAS_BACKEND set for one's own JAX or PyTorch
 # code need not be unset first, and nothing the commands write depends on the backend.
 KERAS_BACKEND = "KERAS_BACKEND"
+# The exit status of a command ended by Ctrl-C (SIGINT), as shells report it: 128 + 2.
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +126,8 @@ def show_warnings(command: str, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command in `argv` (default: the program's arguments); returns its exit status:
+    0, 2 for an error the user can fix (one line), `INTERRUPTED` after Ctrl-C (one line)."""
     args = build_parser().parse_args(argv)
     show_warnings(args.command, args.verbose)
     try:
@@ -133,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         # user's to fix: one clear line, no traceback.
         print(f"keras-preact {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the command's own cleanup has run on the way here
+        hint = getattr(args, "on_interrupt", None)
+        print(f"keras-preact {args.command}: interrupted{f'; {hint}' if hint else ''}",
+              file=sys.stderr, flush=True)
+        if argv is None:  # the program itself (not a caller's Python): skip TensorFlow's
+            sys.stdout.flush()  # teardown, which joins its thread pools for seconds
+            os._exit(INTERRUPTED)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

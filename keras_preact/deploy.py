@@ -6,7 +6,10 @@ Every artifact holds the whole inference path, so the other side writes no prepr
 - inside the graph: `keras_preact.preprocessing.preprocess_input` with the model's statistics
   (`keras_preact.introspect.preprocessing_of`: a `-timm` net takes timm's), the
   model in inference mode (BatchNorm with its moving statistics), softmax on a logits head;
-- output `probabilities`: float32 `[batch, classes]`;
+- output `probabilities`: float32 `[batch, classes]`: softmax, or a sigmoid head's
+  independent per-class probabilities as they are (the SavedModel's rule,
+  `keras_preact.serving.signatures.classifier_probabilities`; feature extractors and
+  multi-output models are refused);
 - class names (`keras_preact.labels.class_names`): ONNX `metadata_props["labels"]` and
   OpenVINO rt_info `keras_preact/labels` (JSON lists), LiteRT a `NAME.labels.txt` file beside
   `NAME.tflite` (one name per line: LiteRT has no metadata field the runtime reads).
@@ -40,6 +43,8 @@ from __future__ import annotations
 import json
 import os
 
+from keras_preact import files
+
 # Keras and TensorFlow are imported inside the functions: the CLI reads FORMATS to build its
 # parser, and `keras-preact --help` must not wait for TensorFlow.
 
@@ -62,18 +67,19 @@ def output_files(path: str, format: str) -> list[str]:
     return [path] + ([stem + extra] if extra else [])
 
 
-def _check_target(path: str, format: str) -> None:
+def check_target(path: str, format: str) -> None:
+    """ValueError or OSError (one line) unless `export(..., path, format=format)` can write
+    there: a known format, the suffix its runtime expects, a directory that is (or can be
+    made) a directory, none of `output_files` present. `export` checks first; the CLI calls it
+    before it builds a model too."""
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}. Valid: {sorted(FORMATS)}.")
     if not path.endswith(FORMATS[format]):
         raise ValueError(
             f"A {format} export needs a path ending in {FORMATS[format]!r}. Received: {path!r}"
         )
-    existing = [f for f in output_files(path, format) if os.path.exists(f)]
-    if existing:
-        raise FileExistsError(
-            f"Not overwriting {', '.join(existing)}: remove it or pick a new path."
-        )
+    files.check_directory(os.path.dirname(os.path.abspath(path)))
+    files.check_new(output_files(path, format))
 
 
 def _check_model(model, format: str) -> None:
@@ -84,11 +90,6 @@ def _check_model(model, format: str) -> None:
             f"{model.name!r} has {size / 2**30:.2f} GiB of float32 weights: a {format} file "
             f"holds at most {limit / 2**30:.0f} GiB. Export it with format='openvino' or as a "
             "SavedModel."
-        )
-    if len(model.output_shape) != 2:
-        raise ValueError(
-            "Export needs a classifier with a (batch, classes) output. "
-            f"Received output shape {model.output_shape}."
         )
 
 
@@ -108,21 +109,22 @@ def inference_function(model):
     )
 
     from keras_preact import scan
-    from keras_preact.introspect import outputs_logits, preprocessing_of
+    from keras_preact.introspect import preprocessing_of
     from keras_preact.preprocessing import preprocess_input
-    from keras_preact.serving.signatures import model_side
+    from keras_preact.serving.signatures import classifier_probabilities, model_side
 
     if scan.is_scanned(model):
         model = scan.to_layered(model)
-    side, stats, logits = model_side(model), preprocessing_of(model).stats, outputs_logits(model)
+    # The SavedModel's rule: what the output holds decides the softmax; non-classifiers fail.
+    probabilities = classifier_probabilities(model)
+    side, stats = model_side(model), preprocessing_of(model).stats
     spec = tf.TensorSpec([None, side, side, 3], tf.uint8, name=INPUT_NAME)
 
     # No AutoGraph: the call has no Python control flow on tensors, and converting a
     # 3,000-layer call is slow.
     @tf.function(input_signature=[spec], autograph=False)
     def serve(images):
-        y = model(preprocess_input(images, stats), training=False)
-        return tf.nn.softmax(y) if logits else y
+        return probabilities(preprocess_input(images, stats))
 
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
 
@@ -176,9 +178,13 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     """Writes `model_or_path` as one ONNX, LiteRT or OpenVINO artifact; returns its path.
 
     Args:
-        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir.
+        model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir: a classifier
+            with one output, as `keras_preact.export.export_saved_model` takes.
         path: the model file: `*.onnx`, `*.tflite` (plus `*.labels.txt` beside it) or `*.xml`
-            (plus `*.bin`). Existing files are never overwritten (FileExistsError).
+            (plus `*.bin`). Existing files are never overwritten (FileExistsError), nor is a
+            path another export is writing (FileExistsError at once). The files appear all
+            together once complete (`keras_preact.files.new_files`): an export killed at any
+            moment leaves none of them.
         format: "onnx", "litert" or "openvino" (see `FORMATS`).
 
     OpenVINO on a CPU with bfloat16 units (AVX512-BF16, AMX) computes in bfloat16 unless the
@@ -195,21 +201,17 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     from keras_preact.labels import class_names
 
     path = os.fspath(path)
-    _check_target(path, format)
-    model, name = load_for_export(model_or_path)
-    _check_model(model, format)
-    metadata = {
-        "model": name,
-        "preprocessing": preprocessing_of(model).stats,
-        LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1], model_or_path))),
-    }
-    fn = inference_function(model)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        WRITERS[format](fn, path, metadata)
-    except BaseException:
-        for f in output_files(path, format):  # no half-written artifact left behind
-            if os.path.exists(f):
-                os.remove(f)
-        raise
+    check_target(path, format)
+    # From here until the files are in place, a second export to `path` is refused; a kill
+    # leaves only hidden temporaries, which the next export replaces (`files.new_files`).
+    with files.new_files(output_files(path, format)) as temps:
+        model, name = load_for_export(model_or_path)
+        _check_model(model, format)
+        fn = inference_function(model)  # refuses a model that is not a classifier
+        metadata = {
+            "model": name,
+            "preprocessing": preprocessing_of(model).stats,
+            LABELS_KEY: json.dumps(list(class_names(model.output_shape[-1], model_or_path))),
+        }
+        WRITERS[format](fn, temps[0], metadata)  # it derives the companion's name: temps[1]
     return path

@@ -22,6 +22,7 @@ import keras
 
 from keras_preact import rundir, scan
 from keras_preact.api import load_for_inference
+from keras_preact.files import check_directory
 from keras_preact.labels import recorded_names
 from keras_preact.serving.layout import check_name, check_version, publish_version
 
@@ -123,6 +124,7 @@ def export_saved_model(
 
     check_version(version)  # the arguments first: loading a model takes a while
     name = None if name is None else check_name(name)
+    check_directory(os.fspath(base_dir))
     model, default_name = load_for_export(model_or_path)
     name = name or check_name(default_name)
     model = serving_form(model)

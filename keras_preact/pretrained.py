@@ -213,6 +213,11 @@ def _check_trained_as(spec, record: WeightsRecord) -> None:
         )
 
 
+# The start of Keras' message when some layers' weights do not fit (keras.saving).
+KERAS_LOAD_FAILURES = re.compile(r"A total of (\d+) objects could not be loaded\. Example error "
+                                 r"message for object <\w+ name=([^,>]+)[^>]*>: (.*)")
+
+
 def load_weights(model, spec, path: str) -> None:
     """`model.load_weights(path)` whatever form (plain or scanned stages, `keras_preact.scan`)
     the file was saved from and `model` is in: read into a twin of the file's form, then
@@ -233,6 +238,11 @@ def load_weights(model, spec, path: str) -> None:
     except ValueError as error:
         # Keras' message goes on with the variable's values and every layer that failed.
         keras_says = " ".join(re.split("Target variable|List of objects", str(error))[0].split())
+        counted = KERAS_LOAD_FAILURES.match(keras_says)
+        if counted:  # "A total of 1 objects could not be loaded. Example ... <Conv2D name=...>"
+            n, name, cause = counted.groups()
+            keras_says = (f"{n} layer{'s' * (n != '1')} could not be loaded; "
+                          f"{'the first' if n != '1' else 'it'} is {name!r}: {cause}")
         raise ValueError(f"The weights in {path!r} do not fit {model.name!r} as built (build "
                          "the network the file was saved from: same name and overrides). "
                          f"Keras: {keras_says}") from None

@@ -34,6 +34,10 @@ BACKUP = "backup"
 # e.g. by a full disk), each with the optimizer state, and the step and epoch of the newest.
 BACKUP_FILE = "latest.weights.h5"
 PREVIOUS_FILE = "previous.weights.h5"
+# A damaged newest backup, moved here when a resume falls back to the previous one.
+DAMAGED_FILE = "damaged.weights.h5"
+# A backup waiting for the next step's loss to show it is good (`callbacks.RunBackup`).
+PENDING_FILE = "pending.weights.h5"
 BACKUP_METADATA = "training_metadata.json"
 # `step` = optimizer iterations at the epoch end, `lr` = the rate of the epoch's last step;
 # `val_*`: the slice held out of train (--val-examples N); `test_*`: the dataset's own held-out

@@ -134,3 +134,11 @@ def test_the_console_shows_only_our_lines(cifar10_data_dir, tmp_path):
     verbose = subprocess.run([*argv, "--output", str(tmp_path / "v"), "--verbose"],
                              capture_output=True, text=True, timeout=600, env=env)
     assert verbose.returncode == 0 and "I0000" in verbose.stderr
+
+
+def test_evaluate_refuses_an_empty_split(tiny_model_file, cifar10_data_dir, capsys):
+    """`--split ''` was read as no split, and scored the test split."""
+    assert cli.main(["evaluate", tiny_model_file, "--split", "", "--data-dir",
+                     cifar10_data_dir]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact evaluate: error: Dataset 'cifar10' has no split ''")

@@ -9,8 +9,12 @@ uniform nor saturated and a wrong weight or normalization shows.
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -18,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
-from keras_preact import deploy, scan
+from keras_preact import cli, deploy, files, scan
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
 from keras_preact.introspect import outputs_logits, preprocessing_of
@@ -274,9 +278,6 @@ def test_export_refuses_bad_requests(small_exports, tmp_path):
         deploy.export(model, tmp_path / "m.onnx", format="litert")
     with pytest.raises(FileExistsError, match="Not overwriting .*m.xml"):
         deploy.export(model, small_exports["openvino"], format="openvino")
-    headless = keras_preact.build("preact-20", depth=8, include_top=False)
-    with pytest.raises(ValueError, match=r"\(batch, classes\) output. Received output shape"):
-        deploy.export(headless, tmp_path / "h.onnx", format="onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -312,3 +313,160 @@ def test_export_model_dispatches_by_format(tmp_path):
     assert version_dir == str(tmp_path / "base" / "preact-20" / "1")
     out = export_model(model, tmp_path / "m.xml", format="openvino")
     assert out == str(tmp_path / "m.xml") and (tmp_path / "m.bin").is_file()
+
+
+# The SavedModel's rule for every format (serving.signatures.classifier_probabilities): a sigmoid
+# head is served as it is; features and several outputs are refused in one line, as there.
+def two_outputs():
+    logits = keras_preact.build("preact-20", depth=8, classifier_activation=None)
+    return keras.Model(logits.inputs, [logits.outputs[0], logits.get_layer("avg_pool").output])
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+def test_a_sigmoid_head_is_served_as_it_is(format, cifar_images, tmp_path):
+    model = calibrate(keras_preact.build("preact-20", depth=8, classifier_activation="sigmoid"),
+                      cifar_images[:32])
+    path = deploy.export(model, tmp_path / f"m{deploy.FORMATS[format]}", format=format)
+    got = RUNNERS[format](path, cifar_images[32:40])
+    expected = model(preprocess_input(cifar_images[32:40]), training=False).numpy()
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    assert np.abs(got.sum(axis=1) - 1).max() > 0.1  # not a softmax
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+@pytest.mark.parametrize("make, message", [
+    (two_outputs, r"Expected a model with one output. Received 2 outputs: \[\(None, 10\), "),
+    (lambda: keras_preact.build("preact-20", depth=8, include_top=False, pooling="avg"),
+     r"one \(batch, classes\) output of logits or probabilities. Received: a model whose "
+     r"output is features of shape \(None, 64\)"),
+])
+def test_models_that_are_not_classifiers_are_refused_as_for_saved_model(format, make, message,
+                                                                          tmp_path):
+    with pytest.raises(ValueError, match=message):
+        deploy.export(make(), tmp_path / f"m{deploy.FORMATS[format]}", format=format)
+    assert os.listdir(tmp_path) == []
+
+
+# Run by a Python of its own: exports with the CLI, but the writer is killed (SIGKILL) once it
+# has written half of each file.
+KILLED_MID_WRITE = """
+import os, signal, sys
+from keras_preact import cli, deploy
+
+format = sys.argv[1]
+write = deploy.WRITERS[format]
+
+def write_half_and_die(fn, path, metadata):
+    write(fn, path, metadata)
+    for f in deploy.output_files(path, format):
+        os.truncate(f, os.path.getsize(f) // 2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+deploy.WRITERS[format] = write_half_and_die
+cli.main(sys.argv[2:])
+"""
+
+
+@pytest.fixture(scope="module")
+def small_model_file(cifar_images, tmp_path_factory):
+    model = calibrate(keras_preact.build("preact-20", depth=8), cifar_images[:32])
+    path = tmp_path_factory.mktemp("model") / "m.keras"
+    model.save(path)
+    return model, path
+
+
+@pytest.mark.parametrize("format", list(deploy.FORMATS))
+def test_an_export_killed_mid_write_leaves_nothing_and_the_rerun_completes(
+        format, small_model_file, cifar_images, tmp_path):
+    model, model_file = small_model_file
+    out = tmp_path / "out" / f"m{deploy.FORMATS[format]}"
+    command = ["export", str(model_file), "--format", format, "-o", str(out)]
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, format, *command],
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    left = os.listdir(out.parent)  # the half-written temporaries and the lock, all hidden
+    assert len(left) == len(deploy.output_files(str(out), format)) + 1
+    assert all(name.startswith(".") for name in left)
+
+    assert cli_main(command) == 0  # the stale temporaries neither block nor stay
+    names = [os.path.basename(f) for f in deploy.output_files(str(out), format)]
+    assert sorted(os.listdir(out.parent)) == sorted(names)
+    check_artifact(model, cifar_images[32:40], out, format)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_export_stopped_by_a_signal_leaves_nothing(signum, small_model_file, tmp_path):
+    """SIGTERM (as `timeout` and `docker stop` send) ends the export where it is; Ctrl-C
+    (SIGINT) ends it in one line, exit 130, its temporaries removed. The signal comes while
+    the export runs: it holds its lock from before the model loads until the files are in
+    place."""
+    _, model_file = small_model_file
+    out = tmp_path / "m.onnx"
+    lock = tmp_path / (files.LOCK_PREFIX + out.name + files.LOCK_SUFFIX)
+    command = [sys.executable, "-m", "keras_preact.cli", "export", str(model_file),
+               "--format", "onnx", "-o", str(out)]
+    quiet = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TFDS sets it
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=quiet)
+    deadline = time.monotonic() + 120
+    while not lock.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert not out.exists()
+    if signum == signal.SIGINT:
+        assert (process.returncode, err) == (cli.INTERRUPTED,
+                                             "keras-preact export: interrupted\n")
+        assert os.listdir(tmp_path) == []
+    else:
+        assert process.returncode == -signal.SIGTERM
+        assert all(name.startswith(".") for name in os.listdir(tmp_path))
+    assert cli_main(command[3:]) == 0
+    assert os.listdir(tmp_path) == ["m.onnx"]
+
+
+def test_a_second_export_to_a_path_being_written_is_refused_at_once(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    model = keras_preact.build("preact-20", depth=8)
+    with files.new_files([str(out)]) as (tmp,):  # the first export, still writing
+        with pytest.raises(FileExistsError, match=f"{out} is being written by another process"):
+            deploy.export(model, out, format="onnx")
+        assert cli_main(["export", "preact-20", "--weights", "cifar10", "--format", "onnx",
+                         "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
+        with open(tmp, "wb") as f:
+            f.write(b"the first export")
+    assert out.read_bytes() == b"the first export"
+    assert os.listdir(tmp_path) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--format", "onnx", "-o", "/sys/m.onnx"], "Cannot write in /sys: Permission denied."),
+    (["--format", "openvino", "-o", "/sys/m/m.xml"],
+     r"Cannot write in /sys/m: Permission denied \(in /sys\)."),
+    (["--format", "onnx", "-o", "{tmp}/afile/m.onnx"],
+     "Cannot write in {tmp}/afile: {tmp}/afile is a file, not a directory."),
+    (["--format", "litert", "-o", "{tmp}/m.onnx"],
+     r"A litert export needs a path ending in '.tflite'. Received: '{tmp}/m.onnx'"),
+    (["--format", "onnx", "-o", "{tmp}/afile"], "needs a path ending in '.onnx'"),
+    (["--format", "litert", "-o", "{tmp}/m.tflite"], "Not overwriting {tmp}/m.labels.txt"),
+    (["--base", "{tmp}/afile/base"], "{tmp}/afile is a file, not a directory."),
+    (["--base", "/sys/base"], r"Cannot write in /sys/base: Permission denied \(in /sys\)."),
+    (["--format", "onnx", "-o", "{tmp}/m.onnx", "--version", "0"], "takes no --base, --name"),
+    (["--format", "onnx", "-o", "{tmp}/m.onnx", "--name", ""], "takes no --base, --name"),
+])
+def test_cli_checks_paths_before_the_model_is_built(arguments, message, tmp_path, monkeypatch,
+                                                    capsys):
+    from keras_preact.commands import export_cmd
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "m.labels.txt").write_text("cat\n")
+    monkeypatch.setattr(export_cmd, "model_from_args",
+                        lambda args: pytest.fail("the model was built before the path check"))
+    command = ["export", "preact-20", "--weights", "cifar10"]
+    assert cli_main(command + [a.format(tmp=tmp_path) for a in arguments]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
+    assert re.search(message.format(tmp=tmp_path), err), err
+    assert sorted(os.listdir(tmp_path)) == ["afile", "m.labels.txt"]

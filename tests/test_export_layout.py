@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import resource
 import signal
@@ -175,6 +176,21 @@ def test_sigkill_midway_leaves_no_version_and_next_export_works(model, tmp_path)
     assert listing(model_dir) == ["1"]  # the dead exporter's temporary dir is cleaned
 
 
+def test_a_version_taken_by_a_concurrent_export_is_one_line(tmp_path):
+    """Two exports of one --version at once: the second to finish says the version exists
+    (it named the hidden temporary dir in an ENOTEMPTY error)."""
+    model_dir = tmp_path / "m"
+
+    def write(tmp_dir):  # the other export's rename lands while this one writes
+        (model_dir / "3" / "variables").mkdir(parents=True)
+        (pathlib.Path(tmp_dir) / "saved_model.pb").write_text("")
+
+    with pytest.raises(FileExistsError, match=f"Version 3 of this model already exists in "
+                                              f"{model_dir}; versions are never overwritten"):
+        layout.publish_version(str(model_dir), 3, write)
+    assert listing(model_dir) == ["3"] and listing(model_dir / "3") == ["variables"]
+
+
 def test_cleanup_spares_live_and_foreign_temp_dirs(tmp_path):
     live = tmp_path / f".keras-preact-export.{layout.socket.gethostname()}.{os.getpid()}.abc_1"
     foreign = tmp_path / ".keras-preact-export.other-host.1.abc"
@@ -248,7 +264,7 @@ def test_cli_names_a_base_that_is_not_a_directory(run_dir, tmp_path, capsys):
     assert cli.main(["export", str(run_dir), "--base", str(base)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
-    assert "Not a directory" in err and str(base) in err
+    assert f"{base} is a file, not a directory" in err
     assert listing(tmp_path) == ["file"]
 
 

@@ -101,6 +101,11 @@ def test_cli_plot(two_runs, tmp_path, capsys):
     assert out.stat().st_size > 1000
     assert cli.main(["plot", str(tmp_path), "-o", str(out)]) == 2
     assert "keras-preact plot: error: No metrics.csv" in capsys.readouterr().err
+    # An unwritable folder (/sys refuses new files, even to root): the error names -o, not
+    # the hidden temporary file it was written as.
+    assert cli.main(["plot", *map(str, two_runs), "-o", "/sys/z.png"]) == 2
+    assert capsys.readouterr().err == ("keras-preact plot: error: [Errno 13] Permission denied: "
+                                       "'/sys/z.png'\n")
 
 
 def test_plot_signal_propagation_lines_and_stage_marks(tmp_path):

@@ -3,6 +3,7 @@ and the three ways to load them (`build`, the constructors, either form)."""
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pytest
@@ -131,6 +132,15 @@ def test_a_weights_file_of_another_network_is_a_one_line_error(weights_h5, tmp_p
                               "(build the network the file was saved from: same name and "
                               "overrides). Keras: ")
     assert "variable.shape=(3, 3, 16, 32), Received: value.shape=(3, 3, 16, 16)" in message
+    # Keras' "A total of 1 objects could not be loaded. Example error message for object
+    # <Conv2D name=..., built=True>:", as a person would say it.
+    assert re.search(r"Keras: \d+ layers could not be loaded; the first is 'stage\w+': The "
+                     r"shape of the target variable", message), message
+    resnet = os.path.join(os.path.dirname(keras_preact.__file__), "released",
+                          "resnet-20-cifar10.weights.h5")
+    with pytest.raises(ValueError, match=r"Keras: 1 layer could not be loaded; it is "
+                                         r"'stage3_unit001_bn2': The shape of the target"):
+        keras_preact.build("preact-20", weights=resnet)
     backbone = str(tmp_path / "backbone.weights.h5")
     keras_preact.build("preact-20", depth=8, include_top=False).save_weights(backbone)
     with pytest.raises(ValueError, match=r"do not fit .* Layer 'predictions' expected 2 "

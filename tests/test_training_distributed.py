@@ -125,13 +125,13 @@ def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_
 
 def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights(
         tmp_path, cifar10_data_dir):
-    """kill -9 one of two MWMS workers; the other then hangs in a collective and is killed
-    too; the same two commands resume from the chief's backup to the exact step count."""
+    """kill -9 one of two MWMS workers; the other ends in one line naming it (it was a
+    traceback of CollectiveReduceV2), its steps on record; the same two commands resume from
+    the chief's backup to the exact step count."""
     run_dir = tmp_path / "mwms-killed"
     meta = run_dir / "backup" / "training_metadata.json"
 
-    def start_workers():
-        ports = [_free_port(), _free_port()]
+    def start_workers(ports):
         cluster = {"worker": [f"localhost:{p}" for p in ports]}
         return [
             subprocess.Popen(
@@ -144,7 +144,8 @@ def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights
             for i in range(2)
         ]
 
-    first = start_workers()
+    ports = [_free_port(), _free_port()]
+    first = start_workers(ports)
     deadline = time.time() + 400
     while time.time() < deadline and all(p.poll() is None for p in first):
         if meta.exists() and json.loads(meta.read_text())["step"] >= 8:
@@ -152,14 +153,20 @@ def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights
         time.sleep(0.2)
     assert all(p.poll() is None for p in first), "training ended before it could be killed"
     first[1].send_signal(signal.SIGKILL)  # the worker
-    time.sleep(2)
-    first[0].send_signal(signal.SIGKILL)  # the chief, now waiting for it forever
-    for p in first:
-        p.wait()
+    first[1].wait()
+    survivor = first[0].communicate(timeout=300)[0]
+    assert first[0].returncode == 1, survivor[-3000:]
+    assert re.fullmatch(rf"keras-preact train: error: Lost worker 1 at localhost:{ports[1]} "
+                        r"\(.*\), at step \d+; the last good backup \(step \d+\) is kept in .*\. "
+                        r"Restart every worker with the same command to resume\.",
+                        survivor.strip().splitlines()[-1]), survivor[-3000:]
+    assert "Traceback" not in survivor
+    (session,) = rundir.read_sessions(run_dir)
     killed_at = json.loads(meta.read_text())["step"]
+    assert session["steps"][1] >= killed_at  # it was [0, 0]: no epoch had ended
     assert 8 <= killed_at < 30 and not (run_dir / "model.keras").exists()
 
-    second = start_workers()
+    second = start_workers([_free_port(), _free_port()])
     outputs = [p.communicate(timeout=500)[0] for p in second]
     assert [p.returncode for p in second] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     for output in outputs:

@@ -3,6 +3,7 @@ backups, failed starts, bad environment. Each error is one line that names its s
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from keras_preact import cli, host, training
+from keras_preact import cli, host, rundir, training
 from keras_preact.training import callbacks, trainer
 
 TINY = {"depth": 8}
@@ -90,7 +91,7 @@ def _fit_with_backups(backup_dir, steps):
 
 def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
     backup_dir = str(tmp_path / "backup")
-    _fit_with_backups(backup_dir, steps=3)
+    _fit_with_backups(backup_dir, steps=4)
     latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
     with open(latest, "r+b") as f:
         f.truncate(os.path.getsize(latest) // 2)
@@ -98,13 +99,64 @@ def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
     fresh = _fit_with_backups(str(tmp_path / "other"), steps=1)
     assert callbacks.restore_backup(fresh, backup_dir, log=said.append) == 2
     assert len(said) == 1 and said[0].startswith(f"keras-preact: warning: {latest}: ")
-    assert said[0].endswith(f"resuming from {backup_dir}/{callbacks.PREVIOUS_FILE} instead")
+    assert f"resuming from {backup_dir}/{callbacks.PREVIOUS_FILE} instead" in said[0]
     previous = os.path.join(backup_dir, callbacks.PREVIOUS_FILE)
     with open(previous, "r+b") as f:
         f.truncate(100)
     with pytest.raises(ValueError, match=f"No readable backup in {backup_dir} .*Delete "
                                          f"{backup_dir} to start over"):
         callbacks.restore_backup(fresh, backup_dir)
+
+
+def test_after_falling_back_the_damaged_backup_leaves_the_rotation(tmp_path):
+    """The next backup keeps the good one it resumed from as previous (it kept the damaged
+    file there, and a second damage then left nothing to resume from)."""
+    backup_dir = str(tmp_path / "backup")
+    _fit_with_backups(backup_dir, steps=4)
+    latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
+    with open(latest, "r+b") as f:
+        f.truncate(os.path.getsize(latest) // 2)
+    said = []
+    model = _fit_with_backups(str(tmp_path / "other"), steps=1)
+    assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
+    damaged = os.path.join(backup_dir, callbacks.DAMAGED_FILE)
+    assert said[0].endswith(f"instead (the damaged file is now {damaged})")
+    backup = callbacks.RunBackup(backup_dir, every=1, steps_per_epoch=4, saved_step=2)
+    backup.set_model(model)
+    for step in (3, 4):  # the step-3 backup, good by the step-4 loss
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(step - 3, {"loss": 2.0})
+    assert backup.saved_step == 3
+    with open(latest, "r+b") as f:  # damaged again: the previous one is still good
+        f.truncate(os.path.getsize(latest) // 2)
+    assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
+
+
+def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
+    """A backup after a divergence that is still finite was kept as "the last good backup"
+    (--lr 1000: the step-8 one, loss 3e9), and the rerun resumed from it to a 9 % net. A
+    backup's loss is the next step's, computed with its weights."""
+    backup_dir = tmp_path / "backup"
+    model = _fit_with_backups(str(tmp_path / "other"), steps=1)
+    backup = callbacks.RunBackup(str(backup_dir), every=1, steps_per_epoch=100)
+    backup.set_model(model)
+    chance = np.log(10)
+    # The loss of each step (computed before its update), and the newest good backup after it.
+    steps = [(2.3, None), (2.2, 1), (9.99 * chance, 2), (10.01 * chance, 2), (2.0, 4),
+             (3e9, 4)]
+    losses = []
+    for step, (loss, newest) in enumerate(steps, start=1):
+        losses.append(loss)
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(step - 1, {"loss": np.float32(np.mean(losses))})
+        assert backup.saved_step == newest
+    assert json.load(open(backup_dir / callbacks.BACKUP_METADATA))["step"] == 4
+    backup.on_epoch_end(0, {})  # a new epoch: its first loss is the step-6 backup's
+    model.layers[-1].bias.assign(np.full(10, np.inf, "float32"))  # not finite: not saved
+    for step in (7, 8):
+        model.optimizer.iterations.assign(step)
+        backup.on_train_batch_end(step - 7, {"loss": 2.0})
+    assert backup.saved_step == 6 and backup.pending_step is None
 
 
 @pytest.mark.parametrize("setup, argv, message", [
@@ -195,7 +247,8 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
         [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--output",
          str(tmp_path / "run"), "--connect-timeout", "3", "--override", "depth=8"],
         capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+        env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},  # TFDS
+             "TF_CONFIG": json.dumps(tf_config)})  # set it in this process: the CLI's default
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith("keras-preact: waiting for the 2 workers of TF_CONFIG")
@@ -204,3 +257,60 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
         f"localhost:{ports[1]}) connected within 3 s; start them all with the same TF_CONFIG "
         "cluster, or raise --connect-timeout.")
     assert time.monotonic() - started < 250
+
+
+def _interrupt_when(command, ready):
+    """Runs the CLI `command` in a process of its own, sends it SIGINT (Ctrl-C) once
+    `ready()`, and returns (exit status, stderr)."""
+    quiet = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TFDS sets it
+    process = subprocess.Popen([sys.executable, "-m", "keras_preact.cli", *command],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=quiet)
+    deadline = time.monotonic() + 300
+    while not ready() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
+
+
+def test_ctrl_c_during_training_is_one_line_and_keeps_the_backup(cifar10_data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    command = ["train", "preact-20", "--override", "depth=8", "--output", str(run_dir),
+               "--data-dir", cifar10_data_dir, "--steps", "100000", "--batch-size", "16",
+               "--val-examples", "1000", "--backup-every", "5"]
+    backup = run_dir / "backup" / "latest.weights.h5"
+    status, err = _interrupt_when(command, backup.exists)
+    assert status == cli.INTERRUPTED
+    assert err == "keras-preact train: interrupted; rerun the same command to resume\n"
+    assert not (run_dir / "model.keras").exists()
+    with trainer.run_lock(str(run_dir)):  # released
+        pass
+    saved = callbacks.restore_backup(trainer.build_and_compile(
+        "preact-20", training.paper_schedule(100000), overrides=TINY), str(run_dir / "backup"))
+    assert saved >= 5
+    # The session is on record with the steps it made, though no epoch ended ([0, 0] before).
+    (session,) = rundir.read_sessions(run_dir)
+    assert session["steps"][0] == 0 and session["steps"][1] >= saved
+
+
+def test_a_lost_worker_is_named_with_its_address(monkeypatch):
+    from keras_preact.training import distribute
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:2222", "b:2222"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    # What a survivor's fit raised (tf.errors.UnavailableError) when worker 1 was killed.
+    seen = ("Graph execution error:\n\nDetected at node CollectiveReduceV2_1 defined at (most "
+            "recent call last):\n  File \"<frozen runpy>\", line 198\n\nCollective ops is "
+            "aborted by: Socket closed\nAdditional GRPC error information from remote target "
+            "/job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf:\n"
+            ":UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:\"Socket closed\"}")
+    assert distribute.lost_worker(RuntimeError(seen)) == "worker 1 at b:2222 (Socket closed)"
+    # Or, when the coordination service noticed first (the node's placement names task 0):
+    seen = ("Detected at node CollectiveReduceV2 on /job:worker/replica:0/task:0/device:CPU:0"
+            "\nCollective ops is aborted by: Error reported from /job:worker/task:1: The "
+            "following tasks are unhealthy (stopped sending heartbeats):\n"
+            "/job:worker/replica:0/task:1\nThe tasks have crashed.")
+    assert distribute.lost_worker(RuntimeError(seen)) == (
+        "worker 1 at b:2222 (The following tasks are unhealthy (stopped sending heartbeats))")
+    assert distribute.lost_worker(RuntimeError("OOM when allocating tensor")) is None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from keras_preact import deploy, files
 from keras_preact.cli import add_model_arguments, model_from_args
-from keras_preact.deploy import EXPORT_FORMATS
 
 
 def add_parser(subparsers) -> None:
@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
     )
     add_model_arguments(p)
     p.add_argument(
-        "--format", default="saved_model", choices=EXPORT_FORMATS,
+        "--format", default="saved_model", choices=deploy.EXPORT_FORMATS,
         help="saved_model (default: a TF Serving version, --base) or one ONNX Runtime, LiteRT "
         "or OpenVINO file (-o): uint8 images in, preprocessing inside, probabilities out",
     )
@@ -46,9 +46,15 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "saved_model" and (args.base is None or args.output is not None):
         raise ValueError("--format saved_model needs --base DIR (and takes no -o).")
     saved_model_only = (args.base, args.name, args.version)
-    if args.format != "saved_model" and (args.output is None or any(saved_model_only)):
+    if args.format != "saved_model" and (
+            args.output is None or any(v is not None for v in saved_model_only)):
         raise ValueError(f"--format {args.format} needs -o PATH (and takes no --base, --name "
                          "or --version).")
+    # The paths before the model is built or loaded: a bad one costs no wait.
+    if args.format == "saved_model":
+        files.check_directory(args.base)
+    else:
+        deploy.check_target(args.output, args.format)
     import_tensorflow(args.verbose)
     from keras_preact.export import export_model, export_saved_model
 

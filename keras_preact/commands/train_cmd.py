@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
                    help="multi-worker: how long to wait for the other workers of TF_CONFIG "
                    "(default: 5 minutes)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_interrupt="rerun the same command to resume")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         model = training.train(args.model, config, output=args.output, download=args.download,
                                verbose=1 if sys.stdout.isatty() else 2,
                                connect_timeout=args.connect_timeout)
-    except training.TrainingDiverged as e:
+    except training.TrainingStopped as e:  # a divergence, a lost worker: what to do next
         print(f"keras-preact train: error: {e}", file=sys.stderr)
         return 1
     # Printed by every worker: equal digests show that all workers hold the same weights.

@@ -14,6 +14,8 @@ import socket
 import tempfile
 from collections.abc import Callable
 
+from keras_preact.files import missing_dirs
+
 _TMP_PREFIX = ".keras-preact-export."
 # HOST may contain dots; PID and mkdtemp's random suffix ([a-z0-9_]) do not.
 _TMP_PATTERN = re.compile(r"^\.keras-preact-export\.(?P<host>.+)\.(?P<pid>\d+)\.[a-z0-9_]+$")
@@ -101,15 +103,6 @@ def clean_stale_temp_dirs(model_dir: str) -> list[str]:
     return removed
 
 
-def _missing_dirs(path: str) -> list[str]:
-    """`path` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    while path and not os.path.lexists(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    return missing
-
-
 def publish_version(
     model_dir: str, version: int | None, write: Callable[[str], None]
 ) -> str:
@@ -146,7 +139,7 @@ def publish_version(
             )
         return target
 
-    created = _missing_dirs(model_dir)
+    created = missing_dirs(model_dir)
     target = target_for(version)  # fail before the (slow) export if the version is taken
     tmp = None
     try:
@@ -165,9 +158,12 @@ def publish_version(
                 os.rename(tmp, target)
                 return target
             except OSError:
-                # A concurrent exporter took this number between the check and the rename.
-                if version is not None or not os.path.lexists(target):
+                # A concurrent exporter took this number between the check and the rename:
+                # take the next one, or, for a `version` given, say that it exists.
+                if not os.path.lexists(target):
                     raise
+                if version is not None:
+                    target_for(version)
     except BaseException:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -20,6 +20,8 @@ _LAZY = {
     "paper_schedule": "schedule",
     "SGDWithL2": "optimizer",
     "TrainingDiverged": "trainer",
+    "TrainingStopped": "trainer",
+    "WorkerLost": "trainer",
     "evaluate": "trainer",
     "train": "trainer",
 }

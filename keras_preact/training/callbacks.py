@@ -3,6 +3,7 @@ sessions log and the progress lines."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,7 +17,9 @@ from keras_preact.files import atomic_path, atomic_write
 from keras_preact.rundir import (
     BACKUP_FILE,
     BACKUP_METADATA,
+    DAMAGED_FILE,
     METRICS_COLUMNS,
+    PENDING_FILE,
     PREVIOUS_FILE,
     read_sessions,
     write_sessions,
@@ -30,6 +33,24 @@ def optimizer_step(model) -> int:
 
 def _finite(value) -> bool:
     return value is None or math.isfinite(float(value))
+
+
+# A loss this many times the chance level, ln(classes) (the cross-entropy of uniform guesses,
+# about where an initialized net starts), has diverged: on average the true class gets less
+# than classes**-10 of the probability, far worse than guessing. Healthy runs stay within a
+# few times chance level, even in their first steps.
+SANE_LOSS_FACTOR = 10
+
+
+def sane_loss(loss, classes: int) -> bool:
+    """Whether a cross-entropy `loss` (None: not reported) is one to back up: finite and at
+    most `SANE_LOSS_FACTOR` times chance level.
+
+    Example:
+    >>> sane_loss(2.3, 10), sane_loss(3e9, 10), sane_loss(float("nan"), 10)
+    (True, False, False)
+    """
+    return loss is None or float(loss) <= SANE_LOSS_FACTOR * math.log(classes)
 
 
 class TrainingGuard(keras.callbacks.Callback):
@@ -71,7 +92,12 @@ def restore_backup(model, backup_dir: str, log=print) -> int | None:
             errors.append(f"{path}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
         if errors:
-            log(f"keras-preact: warning: {errors[0]}; resuming from {path} instead")
+            # Out of the rotation, or the next backup would keep it as the previous one.
+            damaged = os.path.join(backup_dir, DAMAGED_FILE)
+            with contextlib.suppress(FileNotFoundError):  # another worker moved it
+                os.replace(paths[0], damaged)
+            log(f"keras-preact: warning: {errors[0]}; resuming from {path} instead (the "
+                f"damaged file is now {damaged})")
         return optimizer_step(model)
     raise ValueError(f"No readable backup in {backup_dir} ({'; '.join(errors)}). Delete "
                      f"{backup_dir} to start over, or choose another --output.")
@@ -81,8 +107,11 @@ class RunBackup(keras.callbacks.Callback):
     """Backs the run up (weights and optimizer state) every `every` optimizer steps and at
     each epoch end, for `restore_backup` to resume from:
 
-    - no poisoned backups: a save is skipped when the loss or any weight is not finite, so
-      the last good backup survives a NaN;
+    - no poisoned backups: a backup is good when its weights are finite and its loss is
+      `sane_loss`. Its loss is that of the next step, which fit computes with the saved
+      weights (the loss reported with them was computed before their last update): so a
+      backup is first written as `PENDING_FILE` and becomes the newest one only once the
+      next step's loss is sane. The last good backup survives a divergence;
     - atomic files (`keras_preact.files`), the previous backup kept beside the newest;
     - multi-worker safety: only the chief writes (`chief=False` saves nothing).
     """
@@ -94,45 +123,63 @@ class RunBackup(keras.callbacks.Callback):
         self.every = every
         self.steps_per_epoch = steps_per_epoch
         self.chief = chief
-        self.saved_step = saved_step
+        self.saved_step = saved_step  # of the newest good backup
+        self.pending_step = None  # of the backup waiting for its loss
+        self.mean_loss = 0.0  # fit's running mean over the epoch, up to the last batch
 
     def on_train_batch_end(self, batch, logs=None):
-        step = optimizer_step(self.model)
-        if step % self.every == 0 and _finite((logs or {}).get("loss")):
+        mean = (logs or {}).get("loss")
+        if self.pending_step is not None:
+            # This batch's loss, from the running means fit reports (float64: exact enough
+            # until a huge loss, after which the epoch's later batches read as not sane).
+            loss = None if mean is None else (batch + 1) * float(mean) - batch * self.mean_loss
+            self._confirm(sane_loss(loss, self.model.output_shape[-1]))
+        self.mean_loss = 0.0 if mean is None else float(mean)
+        if optimizer_step(self.model) % self.every == 0:
             self._save()
 
     def on_epoch_end(self, epoch, logs=None):
-        if _finite((logs or {}).get("loss")):
-            self._save()
+        self._save()
+        self.mean_loss = 0.0
 
     def _save(self):
         step = optimizer_step(self.model)
-        if step == self.saved_step:
+        if step in (self.saved_step, self.pending_step):
             return
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
+            return
+        self.pending_step = step
+        if self.chief:
+            os.makedirs(self.backup_dir, exist_ok=True)
+            with atomic_path(os.path.join(self.backup_dir, PENDING_FILE)) as tmp:
+                self.model.save_weights(tmp, overwrite=True)
+
+    def _confirm(self, good: bool):
+        """The pending backup becomes the newest (`good`) or is dropped."""
+        step, self.pending_step = self.pending_step, None
+        if not good:
             return
         self.saved_step = step
         if not self.chief:
             return
-        os.makedirs(self.backup_dir, exist_ok=True)
         latest = os.path.join(self.backup_dir, BACKUP_FILE)
-        with atomic_path(latest) as tmp:
-            self.model.save_weights(tmp, overwrite=True)
-            if os.path.exists(latest):
-                os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        if os.path.exists(latest):
+            os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
+        os.replace(os.path.join(self.backup_dir, PENDING_FILE), latest)
         metadata = json.dumps({"epoch": step // self.steps_per_epoch, "step": step})
         atomic_write(os.path.join(self.backup_dir, BACKUP_METADATA), lambda f: f.write(metadata))
 
 
 class SessionLog(keras.callbacks.Callback):
     """Adds this process' entry to RUN_DIR's `rundir.SESSIONS` when fit starts and keeps its
-    seconds and last step current at each epoch end (a crash loses at most the epoch it was
-    in, whose steps the resume repeats anyway)."""
+    seconds and last step current at each epoch end and when fit stops on an error (`record`;
+    a kill -9 loses at most the epoch it was in, whose steps the resume repeats anyway)."""
 
     def __init__(self, run_dir: str, machine: str):
         super().__init__()
         self.run_dir = run_dir
         self.machine = machine
+        self.entry = None
 
     def on_train_begin(self, logs=None):
         self.started = time.monotonic()
@@ -144,6 +191,13 @@ class SessionLog(keras.callbacks.Callback):
         write_sessions(self.run_dir, self.sessions)
 
     def on_epoch_end(self, epoch, logs=None):
+        self.record()
+
+    def record(self):
+        """Brings this process' entry up to date; also called when fit ends otherwise (an
+        exception, Ctrl-C, a lost worker), which Keras tells no callback."""
+        if self.entry is None:  # fit did not start
+            return
         self.entry["seconds"] = round(time.monotonic() - self.started, 1)
         self.entry["steps"][1] = optimizer_step(self.model)
         write_sessions(self.run_dir, self.sessions)

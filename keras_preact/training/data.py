@@ -116,6 +116,8 @@ def check_source(name: str, data_dir: str | None = None, download: bool = False)
     dataset_info(name, data_dir)
     if folders.is_folder(name):
         return None
+    if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise NotADirectoryError(f"The data dir {data_dir!r} is not a directory.")
     if data_dir is not None and not os.path.isdir(data_dir):
         raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
     builder = tfds.builder(name, data_dir=data_dir)

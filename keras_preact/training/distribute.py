@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -97,6 +98,33 @@ def connect_guard(timeout: float):
         os.waitpid(watchdog, 0)
         for s, handler in handlers.items():
             signal.signal(s, handler)
+
+
+def lost_worker(error: BaseException) -> str | None:
+    """The worker whose loss aborted a collective op, as `error` (TensorFlow's) tells it:
+    "worker 1 at host:port (Socket closed)"; None for any other error.
+
+    Example:
+    >>> lost_worker(RuntimeError("Collective ops is aborted by: Socket closed\\nAdditional "
+    ...                          "GRPC error information from remote target "
+    ...                          "/job:worker/replica:0/task:1 while calling ..."))
+    'worker 1 (Socket closed)'
+    """
+    text = str(error)
+    start = text.find("Collective ops is aborted by: ")
+    if start < 0:
+        return None
+    text = text[start:].split(": ", 1)[1]
+    # The cause's first line: "Socket closed", or "Error reported from /job:worker/task:1: The
+    # following tasks are unhealthy (stopped sending heartbeats):".
+    cause = re.sub(r"^Error reported from \S+: ", "", text.splitlines()[0]).rstrip(":")
+    task = re.search(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)", text)
+    if not task:
+        return f"a worker of TF_CONFIG ({cause})"
+    job, index = task[1], int(task[2])
+    addresses = tf_config().get("cluster", {}).get(job, [])
+    address = f" at {addresses[index]}" if index < len(addresses) else ""
+    return f"{job} {index}{address} ({cause})"
 
 
 def select_strategy(name: str = "auto", connect_timeout: float = CONNECT_TIMEOUT_S):

@@ -44,12 +44,21 @@ CIFAR_WARMUP_SHARE = 400 / 64000
 IN_MEMORY = "tf.data.Dataset"
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf at `step`; the last good backup is kept in RUN_DIR/backup."""
+class TrainingStopped(RuntimeError):
+    """Training stopped at `step` for a reason the message gives, with what to do; the last
+    good backup is kept in RUN_DIR/backup for the rerun to resume from."""
 
     def __init__(self, message: str, step: int):
         super().__init__(message)
         self.step = step
+
+
+class TrainingDiverged(TrainingStopped):
+    """The loss became NaN/inf at `step`."""
+
+
+class WorkerLost(TrainingStopped):
+    """A worker of a multi-worker run stopped answering at `step`; the others cannot go on."""
 
 
 def train(
@@ -320,22 +329,34 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
     if val_ds is not None and not val_split:  # first, so every later callback reads test_* for test
         callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
+    sessions = run_callbacks.SessionLog(run_dir, _machine(strat))
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
                                                   schedule))
-        callbacks.append(run_callbacks.SessionLog(run_dir, _machine(strat)))
+        callbacks.append(sessions)
     if verbose:
         callbacks.append(run_callbacks.Progress(steps, epochs, live=verbose == 1))
-    # The datasets shuffle themselves (fit would only warn that it cannot).
-    net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
-            initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
-            callbacks=callbacks, verbose=0)
+
+    def kept() -> str:  # what a rerun resumes from, once training stopped
+        return (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
+                if backup.saved_step is not None else "no backup had been written yet")
+
+    try:  # the datasets shuffle themselves (fit would only warn that it cannot)
+        net.fit(train_ds, epochs=epochs, steps_per_epoch=spe, shuffle=False,
+                initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
+                callbacks=callbacks, verbose=0)
+    except BaseException as error:
+        sessions.record()  # the steps this process made are on record
+        lost = distribute.lost_worker(error)
+        if lost is None:
+            raise
+        step = run_callbacks.optimizer_step(net)
+        raise WorkerLost(f"Lost {lost}, at step {step}; {kept()}. Restart every worker with "
+                         "the same command to resume.", step) from None
 
     if guard.nan_step is not None:
-        kept = (f"the last good backup (step {backup.saved_step}) is kept in {backup_dir}"
-                if backup.saved_step is not None else "no backup had been written yet")
         raise TrainingDiverged(
-            f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept}. "
+            f"Loss became NaN/inf at step {guard.nan_step}; training stopped and {kept()}. "
             f"Rerun with a lower --lr (or a longer --warmup-steps) to resume from it; "
             f"{rundir.CONFIG} records the change.", guard.nan_step,
         )
@@ -491,8 +512,12 @@ def run_lock(output: str):
 
 
 def _check_input_size(spec, family: str) -> None:
-    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square."""
-    height, width = spec.input_shape[:2]
+    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square;
+    both are RGB."""
+    height, width, channels = spec.input_shape
+    if channels != 3:
+        raise ValueError(f"The datasets' images are RGB: input_shape needs 3 channels. "
+                         f"Received: input_shape={spec.input_shape}")
     if family == "cifar" and (height, width) not in ((32, 32), (None, None)):
         raise ValueError(f"CIFAR images are 32x32: train with input_shape (32, 32, 3). "
                          f"Received: input_shape={spec.input_shape}")
@@ -547,7 +572,7 @@ def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = Non
         raise ValueError(f"The model was trained on classes {list(trained_on)}; dataset "
                          f"{dataset!r} has {list(info.class_names)} (same names, same order "
                          "needed).")
-    split = split or info.eval_split
+    split = info.eval_split if split is None else split  # '' is a bad split, not the default
     if split is None:  # a TFDS dataset's splits are known once it is prepared
         data.check_split(dataset, data.train_base(dataset), data_dir, download)
         split = data.dataset_info(dataset, data_dir).eval_split
