@@ -217,7 +217,7 @@ def test_finished_or_changed_runs_are_refused(finished_run, cifar10_data_dir, tm
     "argv, message",
     [
         (["preact-99"], "Unknown model name 'preact-99'"),
-        (["preact-20", "--dataset", "mnist"], "Unknown dataset 'mnist'"),
+        (["preact-20", "--dataset", "nosuchdata"], "Unknown dataset 'nosuchdata'"),
         (["preact-20", "--data-dir", "/nonexistent/tfds"], "data dir '/nonexistent/tfds' does not"),
         (["preact-20", "--data-dir", "/dev/null"], "data dir '/dev/null' is not a directory"),
         (["preact-20", "--override", "input_shape=[32,32,1]"],

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
-from keras_preact.training.data import DATASET_HELP, check_source
+from keras_preact.training.data import DATASET_HELP, dataset_info
 
 
 def add_parser(subparsers) -> None:
@@ -29,9 +29,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # A misspelt, unsuitable, unprepared or unreachable dataset fails before TensorFlow
-    # starts (seconds): TFDS needs none for this.
-    check_source(args.dataset, args.data_dir, args.download)
+    # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
+    # prepared or its hosts answer is checked by `evaluate` once the model is known to fit.
+    dataset_info(args.dataset, args.data_dir)
     import_tensorflow(args.verbose)
     from keras_preact import training
 

@@ -37,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
     # The recipe is checked before TensorFlow starts: bad flags fail at once.
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{**values, "overrides": parse_overrides(args.overrides)})
-    # A misspelt, unsuitable, unprepared or unreachable dataset fails before TensorFlow
-    # starts (seconds): TFDS needs none for this.
-    data.check_source(config.dataset, config.data_dir, args.download)
+    # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
+    # prepared or its hosts answer is checked by `train` after the model and flags, so a
+    # wrong model name is named first, offline too.
+    data.dataset_info(config.dataset, config.data_dir)
     import_tensorflow(args.verbose)
     from keras_preact import training
 
