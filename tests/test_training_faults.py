@@ -89,12 +89,18 @@ def _fit_with_backups(backup_dir, steps):
     return model
 
 
-def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
+def _damaged_latest_backup(tmp_path):
+    """A backup dir whose newest backup (step 4) is cut in half, the one before intact."""
     backup_dir = str(tmp_path / "backup")
     _fit_with_backups(backup_dir, steps=4)
     latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
     with open(latest, "r+b") as f:
         f.truncate(os.path.getsize(latest) // 2)
+    return backup_dir, latest
+
+
+def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
+    backup_dir, latest = _damaged_latest_backup(tmp_path)
     said = []
     fresh = _fit_with_backups(str(tmp_path / "other"), steps=1)
     assert callbacks.restore_backup(fresh, backup_dir, log=said.append) == 2
@@ -111,11 +117,7 @@ def test_a_damaged_backup_falls_back_to_the_previous_one(tmp_path):
 def test_after_falling_back_the_damaged_backup_leaves_the_rotation(tmp_path):
     """The next backup keeps the good one it resumed from as previous (it kept the damaged
     file there, and a second damage then left nothing to resume from)."""
-    backup_dir = str(tmp_path / "backup")
-    _fit_with_backups(backup_dir, steps=4)
-    latest = os.path.join(backup_dir, callbacks.BACKUP_FILE)
-    with open(latest, "r+b") as f:
-        f.truncate(os.path.getsize(latest) // 2)
+    backup_dir, latest = _damaged_latest_backup(tmp_path)
     said = []
     model = _fit_with_backups(str(tmp_path / "other"), steps=1)
     assert callbacks.restore_backup(model, backup_dir, log=said.append) == 2
