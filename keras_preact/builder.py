@@ -1,4 +1,5 @@
-"""The one path from a spec to a Keras functional model: stem, stages, head."""
+"""The one path from a spec to a Keras functional graph: stem, stages, head
+(`keras_preact.network.ResNet` is the model made of it)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def stem(x, spec: ResNetSpec):
 
 
 # The classifier layer's name: what a fine-tune to other classes initializes anew
-# (`keras_preact.pretrained.load_start`).
+# (`keras_preact.weights.load_start`).
 CLASSIFIER = "predictions"
 
 
@@ -116,9 +117,9 @@ def allow_deep_graph(layers: int) -> None:
         sys.setrecursionlimit(needed)
 
 
-def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
-                    stages: str = "layers") -> keras.Model:
-    """Builds the functional model described by `spec`.
+def graph(spec: ResNetSpec, stages: str = "layers", input_tensor=None) -> tuple:
+    """`(inputs, outputs)` of the functional graph `spec` describes, in form `stages`
+    (`keras_preact.network.ResNet` wraps them in a model).
 
     Layers are named `stem_*`, `stage{s}_unit{uuu}_*`, `final_*`, `predictions`: stable
     across versions, so weights saved by name keep loading. `stages="scan"` runs the
@@ -154,4 +155,4 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
                 raw_identity=spec.stem == "conv-pool",
             )
     allow_deep_graph(layer_bound(spec))
-    return keras.Model(inputs, head(x, spec), name=name)
+    return inputs, head(x, spec)

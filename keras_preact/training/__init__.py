@@ -22,7 +22,7 @@ _LAZY = {
     "TrainingDiverged": "trainer",
     "TrainingStopped": "trainer",
     "WorkerLost": "trainer",
-    "evaluate": "trainer",
+    "evaluate": "evaluation",
     "train": "trainer",
 }
 
