@@ -6,6 +6,8 @@ Example:
 >>> model = keras_preact.build("preact-164")
 >>> model.count_params() > 1_700_000
 True
+>>> keras_preact.spec_of(model).block
+'bottleneck'
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ import zipfile
 import keras
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
+
+# `.keras` files of models compiled by `training.net.build_and_compile` name its optimizer and
+# schedule: registered for load_model.
+from keras_preact import optim as _optim  # noqa: F401
 from keras_preact import rundir
 from keras_preact.builder import allow_deep_graph, layer_bound, stage_outputs
 from keras_preact.network import ResNet, spec_in

@@ -62,7 +62,8 @@ KERAS_LOAD_FAILURES = re.compile(r"A total of (\d+) objects could not be loaded\
 
 
 def build_network(name: str, *, stages: str = "layers", weights: str | None = None,
-          input_tensor=None, model_name: str | None = None, dtype=None, **overrides) -> ResNet:
+                  input_tensor=None, model_name: str | None = None, dtype=None,
+                  **overrides) -> ResNet:
     """Registered network `name` with `overrides`, in form `stages`, with `weights` (None, a
     published tag or a `.weights.h5` file of either form), named `model_name` (default
     `name`), under dtype policy `dtype` (default Keras' global one). The weights file is
@@ -109,13 +110,13 @@ def plain_layers(spec: ResNetSpec) -> list[tuple[str, str]]:
     template = build_from_spec(dataclasses.replace(
         spec, units=tuple(min(n, 2) for n in spec.units)))
     layers: list[tuple[str, str]] = []
+    expanded = set()  # the stages whose units 2..n are listed
     for layer in template.layers:
         match = UNIT_PREFIX.match(layer.name)
-        if match and match.group(2) == "002":
-            continue
-        layers.append((layer.name, type(layer).__name__))
-        if match and match.group(2) == "001" and layer.name.endswith("_add"):
-            stage = int(match.group(1))
+        if not (match and match.group(2) == "002"):
+            layers.append((layer.name, type(layer).__name__))
+        elif (stage := int(match.group(1))) not in expanded:
+            expanded.add(stage)
             second = [(x.name[match.end():], type(x).__name__) for x in template.layers
                       if x.name.startswith(unit_prefix(stage, 2) + "_")]
             layers += [(f"{unit_prefix(stage, u)}_{role}", kind)

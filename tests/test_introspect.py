@@ -72,3 +72,17 @@ def test_other_models_have_no_spec():
     plain = keras.Model(net.inputs, net.outputs)  # the same graph, a plain Keras model
     with pytest.raises(ValueError, match="Received: Functional"):
         keras_preact.spec_of(plain)
+
+
+@pytest.mark.parametrize("name", keras_preact.list_models())
+def test_the_plain_layer_order_is_known_from_the_spec(name):
+    """`weights.plain_layers`: where a plain file keeps each layer's weights, without
+    building the plain graph at its depth (units 2..n repeat unit 2's run of layers)."""
+    from keras_preact.weights import plain_layers
+
+    family = keras_preact.get_spec(name).family
+    overrides = ({"units": (3, 1, 4)} if family == "cifar"
+                 else {"units": (3, 1, 2, 4), "input_shape": (64, 64, 3)})
+    model = keras_preact.build(name, **overrides)
+    assert plain_layers(keras_preact.spec_of(model)) == [
+        (layer.name, type(layer).__name__) for layer in model.layers]

@@ -190,8 +190,8 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
     import keras
     import numpy as np
 
+    from keras_preact.optim import paper_schedule
     from keras_preact.training.callbacks import MetricsCSV
-    from keras_preact.training.schedule import paper_schedule
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     schedule = paper_schedule(8, warmup_steps=0)
@@ -213,8 +213,8 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
 def test_the_seed_fixes_the_initial_weights():
     import numpy as np
 
+    from keras_preact.optim import paper_schedule
     from keras_preact.training.net import build_and_compile
-    from keras_preact.training.schedule import paper_schedule
 
     def initial(seed):
         net = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
@@ -233,9 +233,9 @@ def test_the_seed_fixes_the_initial_weights():
 def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, recompute_bn):
     """benchmarks/README.md: keeping them is faster in bfloat16 and only costs memory in
     float32, so the trainer recomputes them in float32 runs only."""
+    from keras_preact.optim import paper_schedule
     from keras_preact.scanned_units import scanned_layers
     from keras_preact.training.net import build_and_compile
-    from keras_preact.training.schedule import paper_schedule
 
     net = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
                             overrides={"depth": 14}, mixed_precision=precision)

@@ -79,7 +79,7 @@ def test_a_start_that_failed_before_its_first_backup_does_not_block_the_rerun(
 
 
 def _fit_with_backups(backup_dir, steps):
-    from keras_preact.training.schedule import paper_schedule
+    from keras_preact.optim import paper_schedule
 
     model = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
                               overrides=TINY)

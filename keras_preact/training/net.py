@@ -7,9 +7,9 @@ import dataclasses
 
 from keras_preact import scan, weights
 from keras_preact.introspect import outputs_logits
+from keras_preact.optim import SGDWithL2
 from keras_preact.specs import resolve
 from keras_preact.training.config import FREEZE, MIXED_PRECISION, TrainConfig, check_choice
-from keras_preact.training.optimizer import SGDWithL2
 from keras_preact.training.resume import resolve_stages
 
 
@@ -26,7 +26,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     memory there. benchmarks/train_speed.py measures exactly this function.
 
     Example:
-    >>> from keras_preact.training.schedule import paper_schedule
+    >>> from keras_preact.optim import paper_schedule
     >>> net = build_and_compile("preact-20", paper_schedule(100, warmup_steps=0),
     ...                         overrides={"depth": 8})
     >>> type(net.optimizer).__name__

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from keras_preact import host, labels, pretrained, rundir, weights
 from keras_preact.datasets import DatasetInfo
 from keras_preact.files import atomic_path
+from keras_preact.optim import paper_schedule
 from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
 from keras_preact.training.config import TrainConfig
 from keras_preact.training.net import build_and_compile, check_recompute, shareable
 from keras_preact.training.resume import resolve_stages, resume_config, run_lock
-from keras_preact.training.schedule import paper_schedule
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
