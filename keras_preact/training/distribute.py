@@ -17,6 +17,7 @@ and the patched functions defer to the originals for every other strategy.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -67,6 +68,7 @@ CONNECT_TIMEOUT_S = 300.0
 CONNECT_TIMEOUT_SIGNAL = signal.SIGUSR1
 # A supervised worker ended by CONNECT_TIMEOUT_SIGNAL exits with the CLI's bad-input status.
 CONNECT_TIMEOUT_EXIT = 2
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent dies
 
 
 @contextlib.contextmanager
@@ -115,12 +117,21 @@ def supervise() -> int | None:
     process ended by a signal exits with 128 + its number. This parent, which has not started
     TensorFlow, turns CONNECT_TIMEOUT_SIGNAL into CONNECT_TIMEOUT_EXIT (the child has printed
     the line). It passes SIGTERM and SIGHUP on (`timeout` and `docker stop` signal this pid
-    only) and ignores SIGINT, which the terminal's Ctrl-C sends to both processes.
+    only) and ignores SIGINT, which the terminal's Ctrl-C sends to both processes. A SIGKILL
+    cannot be passed on: the kernel kills the child with its parent (Linux's
+    PR_SET_PDEATHSIG), so `kill -9` of the pid one started still ends the worker. Elsewhere
+    the command runs unsupervised (a connect timeout then exits 128 + SIGUSR1).
     """
+    if not sys.platform.startswith("linux"):
+        return None
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     child = os.fork()
     if child == 0:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
         return None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for s in (signal.SIGTERM, signal.SIGHUP):
