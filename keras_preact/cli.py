@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from keras_preact import __version__, host
+from keras_preact.training import distribute
 
 # Order shown by --help.
 COMMANDS = ("list", "train", "evaluate", "plot", "export")
@@ -132,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     show_warnings(args.command, args.verbose)
     try:
+        if argv is None and args.command == "train" and distribute.cluster_workers() > 1:
+            status = distribute.supervise()  # so that a connect timeout exits 2, not 138
+            if status is not None:
+                return status
         return args.func(args) or 0
     except (ValueError, OSError) as e:
         # Bad input and environment failures (a path, a permission, the network) are the

@@ -235,31 +235,56 @@ def slow_cpu_warnings(caught) -> list[str]:
             if any(k in str(w.message) for k in ("oneDNN", "float16", "bfloat16"))]
 
 
-def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
-    ports = []
+def _lonely_worker(run_dir, timeout_s: int) -> tuple[subprocess.Popen, list[str]]:
+    """Starts `keras-preact train` as worker 0 of a two-worker TF_CONFIG whose other worker
+    never comes; returns the process and the two addresses."""
     import socket
 
+    addresses = []
     for _ in range(2):
         with socket.socket() as s:
             s.bind(("localhost", 0))
-            ports.append(s.getsockname()[1])
-    tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                 "task": {"type": "worker", "index": 0}}
-    started = time.monotonic()
-    done = subprocess.run(
+            addresses.append(f"localhost:{s.getsockname()[1]}")
+    tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": 0}}
+    process = subprocess.Popen(
         [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--output",
-         str(tmp_path / "run"), "--connect-timeout", "3", "--override", "depth=8"],
-        capture_output=True, text=True, timeout=300,
+         str(run_dir), "--connect-timeout", str(timeout_s), "--override", "depth=8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},  # TFDS
              "TF_CONFIG": json.dumps(tf_config)})  # set it in this process: the CLI's default
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
+    return process, addresses
+
+
+def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
+    started = time.monotonic()
+    process, addresses = _lonely_worker(tmp_path / "run", 3)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 2, err  # as any error the user can fix; 137 before
+    lines = err.strip().splitlines()
     assert lines[0].startswith("keras-preact: waiting for the 2 workers of TF_CONFIG")
     assert lines[-1] == (
-        f"keras-preact train: error: not every worker of TF_CONFIG (localhost:{ports[0]}, "
-        f"localhost:{ports[1]}) connected within 3 s; start them all with the same TF_CONFIG "
-        "cluster, or raise --connect-timeout.")
+        f"keras-preact train: error: not every worker of TF_CONFIG ({', '.join(addresses)}) "
+        "connected within 3 s; start them all with the same TF_CONFIG cluster, or raise "
+        "--connect-timeout.")
     assert time.monotonic() - started < 250
+
+
+def test_sigterm_to_a_waiting_worker_ends_the_worker_too(tmp_path):
+    # `timeout` and `docker stop` signal the pid they started: the supervising parent, which
+    # passes it on to the worker waiting in TensorFlow.
+    process, _ = _lonely_worker(tmp_path / "run", 300)
+    assert process.stderr.readline().startswith("keras-preact: waiting for the 2 workers")
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10  # the watchdog's next look at its parent is 0.5 s away
+    while time.monotonic() < deadline and _processes_naming(tmp_path / "run"):
+        time.sleep(0.1)
+    assert _processes_naming(tmp_path / "run") == b""
+
+
+def _processes_naming(path) -> bytes:
+    return subprocess.run(["pgrep", "-f", str(path)], capture_output=True).stdout
 
 
 def _interrupt_when(command, ready):

@@ -17,6 +17,7 @@ and the patched functions defer to the originals for every other strategy.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -62,6 +63,12 @@ def gpu_count() -> int:
 
 # How long a worker waits for the other workers of TF_CONFIG by default (--connect-timeout).
 CONNECT_TIMEOUT_S = 300.0
+# What the watchdog of `connect_guard` ends a worker with, and `supervise` recognizes: a
+# signal no Python or TensorFlow code handles, whose default action ends the process.
+CONNECT_TIMEOUT_SIGNAL = signal.SIGUSR1
+# A supervised worker ended by CONNECT_TIMEOUT_SIGNAL exits with the CLI's bad-input status.
+CONNECT_TIMEOUT_EXIT = 2
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent dies
 
 
 @contextlib.contextmanager
@@ -70,14 +77,16 @@ def connect_guard(timeout: float):
 
     TensorFlow waits in C++ holding the GIL: no Python handler or thread runs until every
     worker has connected. So Ctrl-C and SIGTERM get their default action (stop at once), and
-    a forked watchdog ends the process with one clear line after `timeout` seconds.
+    a forked watchdog ends the process with one clear line and CONNECT_TIMEOUT_SIGNAL after
+    `timeout` seconds (an exit status only a parent process can turn into 2: `supervise`).
     """
     peers = [address for addresses in tf_config().get("cluster", {}).values()
              for address in addresses]
     print(f"keras-preact: waiting for the {len(peers)} workers of TF_CONFIG "
           f"({', '.join(peers)}) to connect, at most {timeout:g} s (--connect-timeout)",
           file=sys.stderr, flush=True)
-    handlers = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {s: signal.signal(s, signal.SIG_DFL)
+                for s in (signal.SIGINT, signal.SIGTERM, CONNECT_TIMEOUT_SIGNAL)}
     parent = os.getpid()
     watchdog = os.fork()
     if watchdog == 0:  # only os-level calls here: the parent's threads are not in this copy
@@ -89,7 +98,7 @@ def connect_guard(timeout: float):
                          f"({', '.join(peers)}) connected within {timeout:g} s; start them "
                          "all with the same TF_CONFIG cluster, or raise --connect-timeout.\n"
                          ).encode())
-            os.kill(parent, signal.SIGKILL)
+            os.kill(parent, CONNECT_TIMEOUT_SIGNAL)
         os._exit(0)
     try:
         yield
@@ -98,6 +107,40 @@ def connect_guard(timeout: float):
         os.waitpid(watchdog, 0)
         for s, handler in handlers.items():
             signal.signal(s, handler)
+
+
+def supervise() -> int | None:
+    """Forks the process of a multi-worker `keras-preact train`: returns None in the child,
+    which goes on to run the command, and the child's exit status in the parent, which waits.
+
+    A worker whose peers never come can only be ended by a signal (`connect_guard`), and a
+    process ended by a signal exits with 128 + its number. This parent, which has not started
+    TensorFlow, turns CONNECT_TIMEOUT_SIGNAL into CONNECT_TIMEOUT_EXIT (the child has printed
+    the line). It passes SIGTERM and SIGHUP on (`timeout` and `docker stop` signal this pid
+    only) and ignores SIGINT, which the terminal's Ctrl-C sends to both processes. A SIGKILL
+    cannot be passed on: the kernel kills the child with its parent (Linux's
+    PR_SET_PDEATHSIG), so `kill -9` of the pid one started still ends the worker. Elsewhere
+    the command runs unsupervised (a connect timeout then exits 128 + SIGUSR1).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
+        return None
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda number, _: os.kill(child, number))
+    status = os.waitpid(child, 0)[1]  # retried after a handled signal (PEP 475)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        return CONNECT_TIMEOUT_EXIT if number == CONNECT_TIMEOUT_SIGNAL else 128 + number
+    return os.WEXITSTATUS(status)
 
 
 def lost_worker(error: BaseException) -> str | None:
