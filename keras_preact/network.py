@@ -83,8 +83,9 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
 
     Example:
     >>> from keras_preact.specs import resolve
-    >>> build_from_spec(resolve("preact-20", depth=8), stages="scan").get_layer("stage1_scan").units
-    1
+    >>> model = build_from_spec(resolve("preact-20", depth=20), stages="scan")
+    >>> model.get_layer("stage1_scan").units, model.stages
+    (2, 'scan')
     """
     return ResNet(spec, stages, input_tensor=input_tensor, name=name, dtype=dtype)
 

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 import keras_preact
-from keras_preact import applications, cli, labels, network, plotting, preprocessing, specs
+from keras_preact import (
+    applications,
+    cli,
+    labels,
+    network,
+    plotting,
+    preprocessing,
+    specs,
+    weights,
+)
 from keras_preact.paper import PAPER_RESULTS
 
 # The channels of the last feature map (Keras' `last_dim`): 64 / 256 for CIFAR basic /
@@ -186,14 +195,15 @@ def test_list_command(capsys):
 
 @pytest.fixture
 def built_specs(monkeypatch):
-    """Replaces the builder: records (spec, name, input_tensor) of each constructor call."""
+    """Replaces the builder of the one build path (`weights.build_network`): records (spec,
+    name, input_tensor) of each constructor call."""
     calls = []
 
-    def record(spec, name="resnet", input_tensor=None):
+    def record(spec, name="resnet", input_tensor=None, stages="layers", dtype=None):
         calls.append((spec, name, input_tensor))
         return "model"
 
-    monkeypatch.setattr(applications, "build_from_spec", record)
+    monkeypatch.setattr(weights, "build_from_spec", record)
     return calls
 
 
