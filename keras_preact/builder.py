@@ -9,7 +9,7 @@ import keras
 from keras_preact import blocks
 from keras_preact.introspect import FINAL_PREFIX, scan_layer, stage_of, unit_prefix
 from keras_preact.scanned_units import check_scannable, scanned_units
-from keras_preact.specs import STAGES, ResNetSpec
+from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 
 # The most layers per weighted layer of any unit design: a one-conv unit with a gated shortcut
 # (BN, ReLU, conv, gate, its complement, two products, add). Stem, final BN-ReLU and head fit
@@ -27,12 +27,10 @@ def stem(x, spec: ResNetSpec):
     """
     if spec.family == "imagenet":
         x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2, padding=spec.padding)
-        if spec.stem == "paper":
-            x = blocks.apply_ops(x, ("bn", "relu"), lambda kind: f"stem_{kind}")
+        x = blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
         return blocks.max_pool(x, "stem_pool", spec.padding)
     x = blocks.conv(x, spec.stem_width, 3, "stem_conv")
-    missing = tuple(op for op in ("bn", "relu") if op not in blocks.DESIGNS[spec.unit]["pre"])
-    return blocks.apply_ops(x, missing, lambda kind: f"stem_{kind}")
+    return blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
 
 
 # The classifier layer's name: what a fine-tune to other classes initializes anew
@@ -155,3 +153,4 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
             )
     allow_deep_graph(layer_bound(spec))
     return keras.Model(inputs, head(x, spec), name=name)
+
