@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 
 import keras
@@ -127,6 +129,11 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
         raise ValueError(f"Unknown stages {stages!r}. Valid: {list(STAGES)}.")
     if stages == "scan":
         check_scannable(spec)
+    with _cheap_variables():
+        return _functional(spec, name, input_tensor, stages)
+
+
+def _functional(spec: ResNetSpec, name: str, input_tensor, stages: str) -> keras.Model:
     if input_tensor is None:
         inputs = keras.Input(shape=spec.input_shape, name="images")
         x = inputs
@@ -154,3 +161,34 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
     allow_deep_graph(layer_bound(spec))
     return keras.Model(inputs, head(x, spec), name=name)
 
+
+@contextlib.contextmanager
+def _cheap_variables():
+    """Creates the model's variables without two costs that grow with its size (measured in
+    benchmarks/README.md, "Building a model"):
+
+    - TensorFlow's eager `VarHandleOp` carries the variable's scoped name as an attribute
+      ("stage1_unit001_conv1/kernel") and eager kernels are cached by attributes, so each new
+      name instantiates a kernel (~0.5 ms; preact-1001 has 5,005 variables). Created outside
+      the layer's name scope, a TensorFlow variable is named like its Keras variable
+      ("kernel"); Keras' names and paths, which weights files use, do not change.
+    - Python's cyclic garbage collector walks the growing graph of layers again and again:
+      it is paused for the build.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if keras.backend.backend() != "tensorflow":
+            yield
+            return
+        import tensorflow as tf
+
+        def unscoped(next_creator, **kwargs):
+            with tf.name_scope(""):  # in eager mode "" resets the scope
+                return next_creator(**kwargs)
+
+        with tf.variable_creator_scope(unscoped):
+            yield
+    finally:
+        if was_enabled:
+            gc.enable()
