@@ -16,7 +16,8 @@ import time
 
 from keras_preact.cli import COMMANDS
 
-CASES = [["--help"], ["list"], ["list", "--params"], ["list", "--weights"], *[[c, "--help"] for c in COMMANDS]]
+CASES = [["--help"], ["list"], ["list", "--params"], ["list", "--weights"],
+         *[[c, "--help"] for c in COMMANDS]]
 
 
 def seconds(argv: list[str], repeats: int) -> float:

@@ -28,10 +28,11 @@ def stem(x, spec: ResNetSpec):
     BN-ReLU (all of it for post-activation designs) is done here.
     """
     if spec.family == "imagenet":
-        x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2, padding=spec.padding)
+        x = blocks.conv(x, spec.stem_width, spec.stem_kernel, "stem_conv", strides=2,
+                        padding=spec.padding)
         x = blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
         return blocks.max_pool(x, "stem_pool", spec.padding)
-    x = blocks.conv(x, spec.stem_width, 3, "stem_conv")
+    x = blocks.conv(x, spec.stem_width, spec.stem_kernel, "stem_conv")
     return blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
 
 

@@ -152,6 +152,10 @@ class ResNetSpec:
         return 16 if self.family == "cifar" else 64
 
     @property
+    def stem_kernel(self) -> int:
+        return 7 if self.family == "imagenet" else 3
+
+    @property
     def widths(self) -> tuple[int, ...]:
         """Bottleneck (inner) width of each stage; a unit outputs `width * EXPANSION`."""
         return (16, 32, 64) if self.family == "cifar" else (64, 128, 256, 512)
@@ -186,6 +190,8 @@ def stem_ops(spec: ResNetSpec) -> tuple[str, ...]:
 
 
 class ParamCounts(NamedTuple):
+    """A model's parameter counts, as `model.count_params()` splits them."""
+
     trainable: int
     non_trainable: int  # BN moving means and variances
 
@@ -198,8 +204,7 @@ def param_counts(spec: ResNetSpec) -> ParamCounts:
     ParamCounts(trainable=1703258, non_trainable=24224)
     """
     design = DESIGNS[spec.unit]
-    kernel = 7 if spec.family == "imagenet" else 3
-    weights = kernel * kernel * spec.input_shape[2] * spec.stem_width
+    weights = spec.stem_kernel ** 2 * spec.input_shape[2] * spec.stem_width
     bn = spec.stem_width * ("bn" in stem_ops(spec))  # channels normalized by a BN
     channels = spec.stem_width
     for s, (n_units, width) in enumerate(zip(spec.units, spec.widths)):
