@@ -1,5 +1,5 @@
 """Wall time of `keras-preact` commands that should answer at once: `--help`, each
-sub-command's `--help`, `list`, `list --weights`; median of fresh processes.
+sub-command's `--help`, `list`, `list --params`, `list --weights`; median of fresh processes.
 
     python benchmarks/cli_startup.py [--repeats 5]
 
@@ -16,7 +16,8 @@ import time
 
 from keras_preact.cli import COMMANDS
 
-CASES = [["--help"], ["list"], ["list", "--weights"], *[[c, "--help"] for c in COMMANDS]]
+CASES = [["--help"], ["list"], ["list", "--params"], ["list", "--weights"],
+         *[[c, "--help"] for c in COMMANDS]]
 
 
 def seconds(argv: list[str], repeats: int) -> float:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_preact.specs import EXPANSION, ResNetSpec
+from keras_preact.specs import DESIGNS, EXPANSION, ResNetSpec, branch_convs, needs_projection
 
 # Torch's BN: running averages with momentum 0.1 (Keras' 0.9), eps 1e-5.
 BN_MOMENTUM = 0.9
@@ -29,17 +29,6 @@ def dense_init() -> keras.initializers.Initializer:
     """Torch nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the references zero
     the bias."""
     return keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
-
-
-# Fig. 4: the ops before the first conv (`pre`), between convs (`mid`), at the end of the
-# residual branch (`end`) and after the addition (`post`).
-DESIGNS = {
-    "original": {"pre": (), "mid": ("bn", "relu"), "end": ("bn",), "post": ("relu",)},
-    "bn-after-add": {"pre": (), "mid": ("bn", "relu"), "end": (), "post": ("bn", "relu")},
-    "relu-before-add": {"pre": (), "mid": ("bn", "relu"), "end": ("bn", "relu"), "post": ()},
-    "relu-only-preact": {"pre": ("relu",), "mid": ("bn", "relu"), "end": ("bn",), "post": ()},
-    "full-preact": {"pre": ("bn", "relu"), "mid": ("bn", "relu"), "end": (), "post": ()},
-}
 
 
 def conv(x, filters: int, kernel: int, name: str, strides: int = 1, padding: str = "same"):
@@ -98,16 +87,6 @@ def apply_ops(x, ops: tuple[str, ...], layer_name: Callable[[str], str]):
     return x
 
 
-def branch_convs(spec: ResNetSpec, width: int, strides: int) -> list[tuple[int, int, int]]:
-    """(filters, kernel, strides) of the residual branch. Stride sits on the 3x3 conv, as in
-    fb.resnet.torch and timm (resnet-1k-layers strides the first 1x1: same parameters)."""
-    if spec.block == "bottleneck":
-        return [(width, 1, 1), (width, 3, strides), (width * EXPANSION["bottleneck"], 1, 1)]
-    if spec.block == "basic":
-        return [(width, 3, strides), (width, 3, 1)]
-    return [(width, 3, strides)]
-
-
 def residual_branch(x, spec: ResNetSpec, width: int, strides: int, namer: Namer):
     """The convs of F with the design's `mid` ops between them and `end` ops after."""
     design = DESIGNS[spec.unit]
@@ -155,7 +134,7 @@ def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *,
     out_channels = width * EXPANSION[spec.block]
     namer = Namer(prefix)
     pre = x if skip_pre else apply_ops(x, design["pre"], namer)
-    project = strides != 1 or x.shape[-1] != out_channels or spec.shortcut == "conv1x1"
+    project = needs_projection(spec, x.shape[-1], out_channels, strides)
     shortcut = pre if first and (project or not raw_identity) else x
     residual = residual_branch(pre, spec, width, strides, namer)
 

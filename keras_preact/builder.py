@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 
 import keras
@@ -10,7 +12,7 @@ import keras
 from keras_preact import blocks
 from keras_preact.introspect import FINAL_PREFIX, scan_layer, stage_of, unit_prefix
 from keras_preact.scanned_units import check_scannable, scanned_units
-from keras_preact.specs import STAGES, ResNetSpec
+from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 
 # The most layers per weighted layer of any unit design: a one-conv unit with a gated shortcut
 # (BN, ReLU, conv, gate, its complement, two products, add). Stem, final BN-ReLU and head fit
@@ -27,13 +29,12 @@ def stem(x, spec: ResNetSpec):
     BN-ReLU (all of it for post-activation designs) is done here.
     """
     if spec.family == "imagenet":
-        x = blocks.conv(x, spec.stem_width, 7, "stem_conv", strides=2, padding=spec.padding)
-        if spec.stem == "paper":
-            x = blocks.apply_ops(x, ("bn", "relu"), lambda kind: f"stem_{kind}")
+        x = blocks.conv(x, spec.stem_width, spec.stem_kernel, "stem_conv", strides=2,
+                        padding=spec.padding)
+        x = blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
         return blocks.max_pool(x, "stem_pool", spec.padding)
-    x = blocks.conv(x, spec.stem_width, 3, "stem_conv")
-    missing = tuple(op for op in ("bn", "relu") if op not in blocks.DESIGNS[spec.unit]["pre"])
-    return blocks.apply_ops(x, missing, lambda kind: f"stem_{kind}")
+    x = blocks.conv(x, spec.stem_width, spec.stem_kernel, "stem_conv")
+    return blocks.apply_ops(x, stem_ops(spec), lambda kind: f"stem_{kind}")
 
 
 # The classifier layer's name: what a fine-tune to other classes initializes anew
@@ -156,3 +157,35 @@ def graph(spec: ResNetSpec, stages: str = "layers", input_tensor=None) -> tuple:
             )
     allow_deep_graph(layer_bound(spec))
     return inputs, head(x, spec)
+
+
+@contextlib.contextmanager
+def cheap_variables():
+    """Creates the model's variables without two costs that grow with its size (measured in
+    benchmarks/README.md, "Building a model"):
+
+    - TensorFlow's eager `VarHandleOp` carries the variable's scoped name as an attribute
+      ("stage1_unit001_conv1/kernel") and eager kernels are cached by attributes, so each new
+      name instantiates a kernel (~0.5 ms; preact-1001 has 5,005 variables). Created outside
+      the layer's name scope, a TensorFlow variable is named like its Keras variable
+      ("kernel"); Keras' names and paths, which weights files use, do not change.
+    - Python's cyclic garbage collector walks the growing graph of layers again and again:
+      it is paused for the build.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if keras.backend.backend() != "tensorflow":
+            yield
+            return
+        import tensorflow as tf
+
+        def unscoped(next_creator, **kwargs):
+            with tf.name_scope(""):  # in eager mode "" resets the scope
+                return next_creator(**kwargs)
+
+        with tf.variable_creator_scope(unscoped):
+            yield
+    finally:
+        if was_enabled:
+            gc.enable()

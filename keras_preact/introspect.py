@@ -10,8 +10,7 @@ import re
 
 import keras
 
-from keras_preact.blocks import DESIGNS
-from keras_preact.specs import ResNetSpec
+from keras_preact.specs import DESIGNS, ResNetSpec
 
 # Layer names: `stage{s}_unit{uuu}_{role}` for the layers of a unit (roles: `bn1`, `conv2`,
 # `add`, `out_relu`, `shortcut_conv`, ...), `stage{s}_scan` for the loop running a scanned

@@ -22,7 +22,7 @@ import dataclasses
 
 import keras
 
-from keras_preact.builder import graph
+from keras_preact.builder import cheap_variables, graph
 from keras_preact.scanned_units import scanned_layers, set_options
 from keras_preact.specs import ResNetSpec
 
@@ -40,9 +40,9 @@ class ResNet(keras.Model):
 
     def __init__(self, spec: ResNetSpec, stages: str = "layers", input_tensor=None,
                  name: str = "resnet", dtype=None, options: dict | None = None, **kwargs):
-        with _dtype_policy(dtype):
+        with _dtype_policy(dtype), cheap_variables():
             inputs, outputs = graph(spec, stages, input_tensor)
-        super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
+            super().__init__(inputs=inputs, outputs=outputs, name=name, dtype=dtype, **kwargs)
         self.spec = spec
         self.stages = stages
         set_options(self, **(options or {}))

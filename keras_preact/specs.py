@@ -13,6 +13,7 @@ import difflib
 import fnmatch
 import math
 import numbers
+from typing import NamedTuple
 
 # Fig. 4 (a)-(e): where BN and ReLU sit in a residual unit.
 UNITS = ("original", "bn-after-add", "relu-before-add", "relu-only-preact", "full-preact")
@@ -45,6 +46,17 @@ POOLINGS = (None, "avg", "max")
 # The forms a network is built in (`build(stages=...)`): the plain layer graph, or each
 # stage's identical units as one loop (`keras_preact.scanned_units`).
 STAGES = ("layers", "scan")
+
+# Fig. 4: the ops before the first conv (`pre`), between convs (`mid`), at the end of the
+# residual branch (`end`) and after the addition (`post`).
+DESIGNS = {
+    "original": {"pre": (), "mid": ("bn", "relu"), "end": ("bn",), "post": ("relu",)},
+    "bn-after-add": {"pre": (), "mid": ("bn", "relu"), "end": (), "post": ("bn", "relu")},
+    "relu-before-add": {"pre": (), "mid": ("bn", "relu"), "end": ("bn", "relu"), "post": ()},
+    "relu-only-preact": {"pre": ("relu",), "mid": ("bn", "relu"), "end": ("bn",), "post": ()},
+    "full-preact": {"pre": ("bn", "relu"), "mid": ("bn", "relu"), "end": (), "post": ()},
+}
+
 
 # ImageNet stage layouts of fb.resnet.torch (preresnet.lua), keyed by (block, depth).
 IMAGENET_UNITS = {
@@ -141,6 +153,10 @@ class ResNetSpec:
         return 16 if self.family == "cifar" else 64
 
     @property
+    def stem_kernel(self) -> int:
+        return 7 if self.family == "imagenet" else 3
+
+    @property
     def widths(self) -> tuple[int, ...]:
         """Bottleneck (inner) width of each stage; a unit outputs `width * EXPANSION`."""
         return (16, 32, 64) if self.family == "cifar" else (64, 128, 256, 512)
@@ -149,6 +165,76 @@ class ResNetSpec:
     def preact(self) -> bool:
         """Whether units normalize their *input* (Fig. 4 d, e) rather than their output."""
         return self.unit in ("relu-only-preact", "full-preact")
+
+
+def branch_convs(spec: ResNetSpec, width: int, strides: int) -> list[tuple[int, int, int]]:
+    """(filters, kernel, strides) of the residual branch. Stride sits on the 3x3 conv, as in
+    fb.resnet.torch and timm (resnet-1k-layers strides the first 1x1: same parameters)."""
+    if spec.block == "bottleneck":
+        return [(width, 1, 1), (width, 3, strides), (width * EXPANSION["bottleneck"], 1, 1)]
+    if spec.block == "basic":
+        return [(width, 3, strides), (width, 3, 1)]
+    return [(width, 3, strides)]
+
+
+def needs_projection(spec: ResNetSpec, in_channels: int, out_channels: int, strides: int) -> bool:
+    """Whether a unit's shortcut is a 1x1 conv: it changes the shape, or the design asks."""
+    return strides != 1 or in_channels != out_channels or spec.shortcut == "conv1x1"
+
+
+def stem_ops(spec: ResNetSpec) -> tuple[str, ...]:
+    """The BN / ReLU after the stem conv: the ImageNet paper stem's BN-ReLU, none for timm's
+    conv-pool stem, and on CIFAR whatever the first unit's design lacks of BN-ReLU."""
+    if spec.family == "imagenet":
+        return ("bn", "relu") if spec.stem == "paper" else ()
+    return tuple(op for op in ("bn", "relu") if op not in DESIGNS[spec.unit]["pre"])
+
+
+class ParamCounts(NamedTuple):
+    """A model's parameter counts, as `model.count_params()` splits them."""
+
+    trainable: int
+    non_trainable: int  # BN moving means and variances
+
+
+def param_counts(spec: ResNetSpec) -> ParamCounts:
+    """The parameters of `build_from_spec(spec)`, counted from the spec, no model built.
+
+    Example:
+    >>> param_counts(get_spec("preact-164"))
+    ParamCounts(trainable=1703258, non_trainable=24224)
+    """
+    design = DESIGNS[spec.unit]
+    weights = spec.stem_kernel ** 2 * spec.input_shape[2] * spec.stem_width
+    bn = spec.stem_width * ("bn" in stem_ops(spec))  # channels normalized by a BN
+    channels = spec.stem_width
+    for s, (n_units, width) in enumerate(zip(spec.units, spec.widths)):
+        out = width * EXPANSION[spec.block]
+        # The first unit of a stage (maybe strided and projected), then n - 1 identical ones.
+        for u, repeats in ((0, 1), (1, n_units - 1)):
+            strides = 2 if (u == 0 and s > 0) else 1
+            skip_pre = spec.family == "imagenet" and spec.stem == "paper" and s == u == 0
+            w = 0
+            b = channels * ("bn" in design["pre"] and not skip_pre)
+            c = channels
+            convs = branch_convs(spec, width, strides)
+            for k, (filters, size, _) in enumerate(convs, start=1):
+                w += size * size * c * filters
+                b += filters * ("bn" in design["mid" if k < len(convs) else "end"])
+                c = filters
+            if needs_projection(spec, channels, out, strides):
+                w += channels * out
+                b += out * (not spec.preact)
+            elif spec.shortcut in ("exclusive-gating", "shortcut-only-gating"):
+                w += channels * channels + channels  # the gate's 1x1 conv and bias
+            b += out * ("bn" in design["post"])
+            weights += repeats * w
+            bn += repeats * b
+            channels = out
+    bn += channels * ("bn" in design["pre"])  # the head's final BN
+    if spec.include_top:
+        weights += channels * spec.classes + spec.classes
+    return ParamCounts(weights + 2 * bn, 2 * bn)  # BN: gamma, beta; moving mean, variance
 
 
 # Numeric fields and their valid range [low, high).

@@ -111,6 +111,7 @@ print("HEAVY", heavy, round(time.perf_counter() - started, 2), file=sys.stderr)
 def test_help_and_list_never_import_tensorflow():
     """What makes `--help` and `list` answer at once (measured in benchmarks/README.md)."""
     argvs = [["--help"], ["list"], ["list", "preact-1??"], ["list", "--weights"],
+             ["list", "--params"],
              *[[c, "--help"] for c in cli.COMMANDS]]
     done = subprocess.run([sys.executable, "-c", FAST.format(argvs=argvs)],
                           capture_output=True, text=True, timeout=120)

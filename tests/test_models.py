@@ -17,18 +17,20 @@ from keras_preact.paper import paper_result
 ALL = keras_preact.list_models()
 
 
-def small(name: str, **overrides) -> keras.Model:
-    """`name` with few units per stage (and 64x64 ImageNet input), for speed.
+def small_size(name: str) -> dict:
+    """Overrides that give `name` few units per stage (and 64x64 ImageNet input), for speed.
 
     Two units in stage 1 so that both kinds of unit are built: the stage's first
     (shared pre-activation, maybe projection) and a plain identity one.
     """
-    spec = keras_preact.get_spec(name)
-    if spec.family == "imagenet":
-        overrides = {"units": (2, 1, 1, 1), "input_shape": (64, 64, 3), **overrides}
-    else:
-        overrides = {"units": (2, 1, 1), **overrides}
-    return keras_preact.build(name, **overrides)
+    if keras_preact.get_spec(name).family == "imagenet":
+        return {"units": (2, 1, 1, 1), "input_shape": (64, 64, 3)}
+    return {"units": (2, 1, 1)}
+
+
+def small(name: str, **overrides) -> keras.Model:
+    """`name` at `small_size(name)`, with `overrides`."""
+    return keras_preact.build(name, **{**small_size(name), **overrides})
 
 
 def layer_input(model: keras.Model, name: str) -> list[str]:
@@ -61,27 +63,43 @@ def test_forward_pass(name):
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "name, millions",
-    [
-        ("resnet-20", 0.27),
-        ("resnet-110", 1.73),
-        ("preact-164", 1.70),
-        ("resnet-1202", 19.4),
-        ("preact-1001", 10.33),
-        ("resnet-50-imagenet", 25.56),
-        ("preact-50-imagenet", 25.55),
-        ("preact-200-imagenet", 64.67),
-    ],
-)
-def test_trainable_parameter_counts_match_the_paper(name, millions, monkeypatch):
+# Trainable parameters as the papers state them (../shared/PAPER.md), in millions.
+PAPER_MILLIONS = {
+    "resnet-20": 0.27,
+    "resnet-110": 1.73,
+    "preact-164": 1.70,
+    "resnet-1202": 19.4,
+    "preact-1001": 10.33,
+    "resnet-50-imagenet": 25.56,
+    "preact-50-imagenet": 25.55,
+    "preact-200-imagenet": 64.67,
+}
+
+
+def assert_counts(spec: specs.ResNetSpec, model: keras.Model) -> specs.ParamCounts:
+    """`specs.param_counts(spec)` (what `keras-preact list --params` shows) is `model`'s."""
+    counts = specs.param_counts(spec)
+    assert counts.trainable == sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert counts.trainable + counts.non_trainable == model.count_params()
+    return counts
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_parameter_counts_from_the_spec(name):
+    """Every design's stem, units (a stage's first and its repeated ones) and head, counted
+    without a model; the full-size nets below check that the count scales with depth."""
+    assert_counts(keras_preact.resolve(name, **small_size(name)), small(name))
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_MILLIONS))
+def test_parameter_counts_match_the_paper(name, monkeypatch):
     # Python's default limit, whatever an imported tool (jedi: 3000) set: Keras walks the
     # graph recursively, and build() must make room for 1000+ layer nets itself.
     monkeypatch.setattr(sys, "getrecursionlimit", lambda: 1000)
-    model = keras_preact.build(name)
-    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    counts = assert_counts(keras_preact.get_spec(name), keras_preact.build(name))
+    millions = PAPER_MILLIONS[name]
     decimals = len(str(millions).split(".")[1])  # as precise as the paper states it
-    assert round(trainable / 1e6, decimals) == millions
+    assert round(counts.trainable / 1e6, decimals) == millions
 
 
 def test_identity_path_of_full_preactivation():

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
-
-from keras_preact.cli import import_tensorflow
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("list", help="list registered models (fnmatch pattern)")
     p.add_argument("pattern", nargs="?", default="*", help='e.g. "preact-*"')
     p.add_argument(
-        "--params", action="store_true", help="also build each model to count parameters"
+        "--params", action="store_true", help="also count each model's trainable parameters"
     )
     p.add_argument(
         "--markdown", action="store_true", help="print a Markdown table (the README's)"
@@ -35,8 +32,6 @@ def run(args: argparse.Namespace) -> int:
     if args.weights:
         header, rows = _weights_table(names, args.pattern)
     else:
-        if args.params:  # builds every model
-            import_tensorflow(args.verbose)
         header, rows = _models_table(names, args.params)
     _print_table(header, rows, args.markdown)
     return 0
@@ -45,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[str]]]:
     import keras_preact
     from keras_preact.paper import PAPER_RESULTS
+    from keras_preact.specs import param_counts
 
     header = ["name", "family", "depth", "unit", "shortcut"]
     header += ["params"] * params + ["paper error (%)"]
@@ -52,9 +48,8 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
     for name in names:
         spec = keras_preact.get_spec(name)
         row = [name, spec.family, str(spec.depth), spec.unit, spec.shortcut]
-        if params:
-            weights = keras_preact.build(name).trainable_weights
-            row.append(f"{sum(math.prod(w.shape) for w in weights) / 1e6:.2f}M")
+        if params:  # counted from the spec: no model is built
+            row.append(f"{param_counts(spec).trainable / 1e6:.2f}M")
         rows.append(row + [PAPER_RESULTS.get(name, "-")])
     return header, rows
 
