@@ -65,9 +65,10 @@ setup(
         "jax": ["jax>=0.10"],
         # Benchmarks only: PyTorch eager as the reference; psutil for peak RSS.
         "bench": ["torch>=2.4", "psutil>=5.9"],
-        # `keras_preact.deploy` (export --format onnx|litert|openvino) and its tests; tested with
-        # onnxruntime 1.32, onnx 1.23, tf2onnx 1.17, ai-edge-litert 2.3, openvino 2026.4, none
-        # of which changes the TensorFlow, Keras, NumPy or protobuf that TF 2.21 installs.
+        # `keras_preact.export.runtimes` (export --format onnx|litert|openvino) and its tests;
+        # tested with onnxruntime 1.32, onnx 1.23, tf2onnx 1.17, ai-edge-litert 2.3, openvino
+        # 2026.4, none of which changes the TensorFlow, Keras, NumPy or protobuf that TF 2.21
+        # installs.
         "deploy": [
             # The TF -> ONNX converter (Keras' ONNX export uses it too); 1.17 runs on NumPy 2.
             "tf2onnx>=1.17",

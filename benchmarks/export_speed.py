@@ -41,17 +41,17 @@ def main() -> None:
     import tensorflow as tf
 
     import keras_preact
-    from keras_preact.export import export_saved_model
-    from keras_preact.introspect import preprocessing_of
+    from keras_preact.export import export_model
+    from keras_preact.export.signatures import model_side
     from keras_preact.preprocessing import preprocess_input
-    from keras_preact.serving.signatures import model_side
+    from keras_preact.weights import preprocessing_of
 
     model = keras_preact.build(args.model)
     side = model_side(model)
     image = np.random.default_rng(0).integers(0, 256, (1, side, side, 3), dtype=np.uint8)
     with tempfile.TemporaryDirectory() as base:
         start, cpu = time.perf_counter(), time.process_time()
-        version_dir = export_saved_model(model, base)
+        version_dir = export_model(model, base)
         export_s, export_cpu_s = time.perf_counter() - start, time.process_time() - cpu
         start = time.perf_counter()
         serving = tf.saved_model.load(version_dir).signatures["serving_default"]

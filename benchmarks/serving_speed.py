@@ -134,9 +134,9 @@ def in_fresh_process(*worker_args: str) -> dict:
 
 def benchmark(name: str, repeats: int, batches: int, peak: float, base: str) -> list[dict]:
     import keras_preact
-    from keras_preact.deploy import FORMATS
     from keras_preact.export import export_model
-    from keras_preact.serving.signatures import model_side
+    from keras_preact.export.runtimes import FORMATS
+    from keras_preact.export.signatures import model_side
 
     model = keras_preact.build(name)
     side, flops = model_side(model), forward_flops(model)

@@ -119,7 +119,8 @@ def build_model_and_data(args):
     import keras_preact
     from keras_preact import scan
     from keras_preact.training import distribute, paper_schedule
-    from keras_preact.training.trainer import build_and_compile, resolve_stages
+    from keras_preact.training.net import build_and_compile
+    from keras_preact.training.resume import resolve_stages
 
     tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
     spec = keras_preact.resolve(args.model, **args.config.overrides)

@@ -6,6 +6,8 @@ Example:
 >>> model = keras_preact.build("preact-164")
 >>> model.count_params() > 1_700_000
 True
+>>> keras_preact.spec_of(model).block
+'bottleneck'
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ import importlib
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
 from keras_preact.paper import paper_result
-from keras_preact.specs import ResNetSpec, get_spec, list_models, resolve
+from keras_preact.pretrained import list_models
+from keras_preact.specs import ResNetSpec, get_spec, resolve
 
 # What needs Keras (hence TensorFlow, seconds to import) loads on first use (PEP 562), so
 # that `keras-preact --help` and `keras-preact list` answer at once.
 _LAZY = {
     "MAX_LAYERS": "keras_preact.api",
     "build": "keras_preact.api",
-    "build_from_spec": "keras_preact.builder",
+    "build_from_spec": "keras_preact.network",
     "feature_extractor": "keras_preact.api",
     "load_model": "keras_preact.api",
+    "spec_of": "keras_preact.network",
 }
 
 
@@ -52,4 +56,5 @@ __all__ = [
     "load_model",
     "paper_result",
     "resolve",
+    "spec_of",
 ]

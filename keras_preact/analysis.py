@@ -29,13 +29,15 @@ import numpy as np
 
 from keras_preact import scan
 from keras_preact.api import load_for_inference
-from keras_preact.introspect import model_facts, outputs_logits, stage_of, unit_output, unit_prefix
+from keras_preact.introspect import outputs_logits, stage_of, unit_output, unit_prefix
+from keras_preact.network import ResNet
+from keras_preact.weights import in_form
 
 
 def residual_units(model: keras.Model) -> list[tuple[str, str]]:
     """`(unit prefix, name of the layer giving the unit's output)` in network order.
 
-    Units are those of the model's spec (`keras_preact.introspect.model_facts`); the output
+    Units are those of the model's spec (`keras_preact.spec_of`); the output
     is the last of the unit's post-addition layers (`{prefix}_out_*`, Fig. 4 a-b) if any,
     else the addition itself (pre-activation designs).
 
@@ -48,15 +50,13 @@ def residual_units(model: keras.Model) -> list[tuple[str, str]]:
         raise ValueError(f"Model {model.name!r} runs its stages as scanned loops; per-unit "
                          "analysis needs the layer graph: pass keras_preact.scan.to_layered("
                          "model).")
-    spec = model_facts(model).spec
-    if spec is None:
+    if not isinstance(model, ResNet):
         raise ValueError(
             f"Model {model.name!r} has no residual units: it is not a network of "
-            "keras_preact.build (no stage{s}_unit{uuu}_* layers). Build it with "
-            "keras_preact.build()."
+            "keras_preact.build. Build it with keras_preact.build()."
         )
-    return [(unit_prefix(s, u), unit_output(spec, s, u))
-            for s, n in enumerate(spec.units, start=1) for u in range(1, n + 1)]
+    return [(unit_prefix(s, u), unit_output(model.spec, s, u))
+            for s, n in enumerate(model.spec.units, start=1) for u in range(1, n + 1)]
 
 
 def signal_propagation(
@@ -94,9 +94,7 @@ def signal_propagation(
     """
     import tensorflow as tf  # eager tape over intermediate tensors
 
-    model = load_for_inference(model)
-    if scan.is_scanned(model):
-        model = scan.to_layered(model)
+    model = in_form(load_for_inference(model), "layers")
     if len(model.outputs) != 1 or len(model.outputs[0].shape) != 2:
         raise ValueError(
             "`signal_propagation` needs a classifier with one (batch, classes) output. "

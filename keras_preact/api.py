@@ -13,20 +13,20 @@ import zipfile
 import keras
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
-from keras_preact import pretrained, rundir
-from keras_preact.builder import allow_deep_graph, build_from_spec, layer_bound, stage_outputs
-from keras_preact.scan import load_scanned
-from keras_preact.specs import get_spec, list_models, resolve
 
-# `.keras` files of models compiled by `training.build_and_compile` hold its optimizer and
-# schedule: register them for load_model.
-from keras_preact.training import optimizer as _optimizer  # noqa: F401
-from keras_preact.training import schedule as _schedule  # noqa: F401
+# `.keras` files of models compiled by `training.net.build_and_compile` name its optimizer and
+# schedule: registered for load_model.
+from keras_preact import optim as _optim  # noqa: F401
+from keras_preact import rundir
+from keras_preact.builder import allow_deep_graph, layer_bound, stage_outputs
+from keras_preact.network import ResNet, spec_in
+from keras_preact.specs import get_spec, registered
+from keras_preact.weights import RESNET, build_network, load
 
 # The most layers `load_model` builds by default: the bound of the largest registered network
 # (resnet-1202). A file asking for more is refused before Keras reads it, since a deep graph
 # needs a higher recursion limit and a small file can describe 100k chained layers.
-MAX_LAYERS = max(layer_bound(get_spec(name)) for name in list_models())
+MAX_LAYERS = max(layer_bound(get_spec(name)) for name in registered())
 # Keras writes about 1 KB of config.json per layer (0.97-1.04 KB measured on this package's
 # nets): twice that leaves room for a trainer's compile config and bounds what a compressed
 # config.json may inflate to (a 0.85 MB file can hold 39 MB, 8 s of json.loads on 2 cores).
@@ -34,7 +34,7 @@ CONFIG_BYTES_PER_LAYER = 2048
 
 
 def build(name: str, *, stages: str = "layers", weights: str | None = None,
-          **overrides) -> keras.Model:
+          **overrides) -> ResNet:
     """Builds a registered network, optionally changed by `overrides`.
 
     Args:
@@ -53,7 +53,8 @@ def build(name: str, *, stages: str = "layers", weights: str | None = None,
             (`keras-preact list --weights`), or a `.weights.h5` file (of either form).
 
     Returns:
-        An uncompiled `keras.Model` taking RGB images normalized by
+        An uncompiled `keras_preact.network.ResNet` (a functional `keras.Model` that
+        carries its spec: `keras_preact.spec_of`) taking RGB images normalized by
         `keras_preact.applications.preprocess_input` (or images of the channels
         `input_shape` gives, e.g. `(None, None, 1)`: any size, any channel count).
 
@@ -62,12 +63,7 @@ def build(name: str, *, stages: str = "layers", weights: str | None = None,
     >>> model.output.shape
     (None, 100)
     """
-    spec = resolve(name, **overrides)
-    path = None if weights is None else pretrained.weights_path(name, weights, spec)
-    model = build_from_spec(spec, name=name, stages=stages)
-    if path is not None:
-        pretrained.load_weights(model, spec, path)
-    return model
+    return build_network(name, stages=stages, weights=weights, **overrides)
 
 
 def feature_extractor(name_or_model: str | keras.Model, **overrides) -> keras.Model:
@@ -113,8 +109,11 @@ def feature_extractor(name_or_model: str | keras.Model, **overrides) -> keras.Mo
 def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) -> keras.Model:
     """Loads a `.keras` file, or the `model.keras` of a `keras-preact train` run dir.
 
-    `keras.saving.load_model` with `safe_mode` on, plus room for Keras' recursive graph
-    walk, which the 1000-layer nets need (Python's default recursion limit is too low).
+    A network `keras_preact` built comes back as one (`keras_preact.spec_of` reads its
+    spec): from its own file, or from a run dir's plain `model.keras` and the run's
+    `config.json`. Any other file is `keras.saving.load_model`'s, with `safe_mode` on.
+    Either way with room for Keras' recursive graph walk, which the 1000-layer nets need
+    (Python's default recursion limit is too low).
     That room comes from the file's own layer count, so a file asking for more than
     `max_layers` layers (nested models included) is refused before Keras reads it; raise
     `max_layers` for a trusted file of a deeper custom net.
@@ -126,15 +125,15 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     >>> load_model(path).name
     'preact-20'
     """
-    path, _ = _read_config(path, max_layers)
-    return keras.saving.load_model(path, compile=compile)
+    path, config = _read_config(path, max_layers)
+    return load(path, config, compile=compile)
 
 
 def load_for_inference(model_or_path, max_layers: int = MAX_LAYERS) -> keras.Model:
     """The model to evaluate, export or analyse: a `keras.Model` as it is, else
     `load_model(path, compile=False)` of a `.keras` file or run dir, except that a full
-    pre-activation net of `build` comes back in its scanned form (`scan.load_scanned`): same
-    outputs, loaded without Keras building its layer graph.
+    pre-activation net comes back in its scanned form (`weights.load`): same outputs,
+    loaded without building its layer graph.
 
     Example:
     >>> import os, tempfile
@@ -150,8 +149,7 @@ def load_for_inference(model_or_path, max_layers: int = MAX_LAYERS) -> keras.Mod
             f"Expected a keras.Model, a .keras file or a run dir. Received: {model_or_path!r}"
         )
     path, config = _read_config(os.fspath(model_or_path), max_layers)
-    model = load_scanned(path, config)
-    return keras.saving.load_model(path, compile=False) if model is None else model
+    return load(path, config, fast=True, compile=False)
 
 
 def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
@@ -190,8 +188,15 @@ def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
 
 
 def _count_layers(config, path: str) -> int:
-    """Layers in a `.keras` config.json, those of nested models included."""
+    """Layers in a `.keras` config.json, those of nested models included; for a network
+    file (`network.ResNet`), the bound of the network its spec describes."""
     model = config.get("config") if isinstance(config, dict) else None
+    if isinstance(model, dict) and config.get("registered_name") == RESNET:
+        try:
+            return layer_bound(spec_in(model))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{path!r} holds a network config that is not a spec: {error}") \
+                from None
     if not (isinstance(model, dict) and isinstance(model.get("layers", []), list)):
         raise ValueError(
             f"{path!r} is not a .keras model file (config.json must hold a model config, "

@@ -1,7 +1,8 @@
 """Keras-Applications-style constructors: `PreActResNet164(...)`, `ResNet50(...)`, ...
 
 Every constructor takes the Keras Applications arguments (`help(PreActResNet164)` lists them)
-and builds the registered network of the same name through `keras_preact.build`'s single path.
+and builds the registered network of the same name through `keras_preact.build`'s single path
+(`keras_preact.weights.build_network`); `NAMES` is the table they are made from.
 
 Example:
 >>> from keras_preact.applications import PreActResNet164
@@ -15,11 +16,11 @@ from __future__ import annotations
 import keras
 
 from keras_preact import pretrained
-from keras_preact.builder import build_from_spec
 from keras_preact.labels import decode_predictions
 from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
-from keras_preact.specs import EXPANSION, get_spec, resolve
+from keras_preact.specs import EXPANSION, get_spec
+from keras_preact.weights import build_network
 
 # The arguments of `application` and of every constructor (as Keras' resnet_v2.py shares one
 # DOC), formatted with each one's defaults.
@@ -126,13 +127,8 @@ def application(
         input_shape = tensor_shape
     if input_shape is not None:
         overrides["input_shape"] = input_shape
-    spec = resolve(model_name, **overrides)
-    # The weights file first: a missing file or unknown tag fails before any building.
-    path = None if weights is None else pretrained.weights_path(model_name, weights, spec)
-    model = build_from_spec(spec, name=name or model_name, input_tensor=input_tensor)
-    if path is not None:
-        pretrained.load_weights(model, spec, path)
-    return model
+    return build_network(model_name, weights=weights, input_tensor=input_tensor, model_name=name,
+                 **overrides)
 
 
 application.__doc__ += ARGS_DOC.format(
@@ -213,65 +209,15 @@ def _constructor(public_name: str, model_name: str):
     return constructor
 
 
-# CIFAR.
-ResNet20 = _constructor("ResNet20", "resnet-20")
-ResNet32 = _constructor("ResNet32", "resnet-32")
-ResNet44 = _constructor("ResNet44", "resnet-44")
-ResNet56 = _constructor("ResNet56", "resnet-56")
-ResNet110 = _constructor("ResNet110", "resnet-110")
-ResNet164 = _constructor("ResNet164", "resnet-164")
-ResNet1001 = _constructor("ResNet1001", "resnet-1001")
-ResNet1202 = _constructor("ResNet1202", "resnet-1202")
-PreActResNet20 = _constructor("PreActResNet20", "preact-20")
-PreActResNet32 = _constructor("PreActResNet32", "preact-32")
-PreActResNet44 = _constructor("PreActResNet44", "preact-44")
-PreActResNet56 = _constructor("PreActResNet56", "preact-56")
-PreActResNet110 = _constructor("PreActResNet110", "preact-110")
-PreActResNet164 = _constructor("PreActResNet164", "preact-164")
-PreActResNet1001 = _constructor("PreActResNet1001", "preact-1001")
-# ImageNet: the same names as Keras Applications' ResNet50 etc. (CIFAR depths, 6n+2 and
-# 9n+2, never collide with ImageNet ones).
-ResNet18 = _constructor("ResNet18", "resnet-18-imagenet")
-ResNet34 = _constructor("ResNet34", "resnet-34-imagenet")
-ResNet50 = _constructor("ResNet50", "resnet-50-imagenet")
-ResNet101 = _constructor("ResNet101", "resnet-101-imagenet")
-ResNet152 = _constructor("ResNet152", "resnet-152-imagenet")
-ResNet200 = _constructor("ResNet200", "resnet-200-imagenet")
-PreActResNet18 = _constructor("PreActResNet18", "preact-18-imagenet")
-PreActResNet34 = _constructor("PreActResNet34", "preact-34-imagenet")
-PreActResNet50 = _constructor("PreActResNet50", "preact-50-imagenet")
-PreActResNet101 = _constructor("PreActResNet101", "preact-101-imagenet")
-PreActResNet152 = _constructor("PreActResNet152", "preact-152-imagenet")
-PreActResNet200 = _constructor("PreActResNet200", "preact-200-imagenet")
-
-CONSTRUCTORS = {
-    "ResNet20": ResNet20,
-    "ResNet32": ResNet32,
-    "ResNet44": ResNet44,
-    "ResNet56": ResNet56,
-    "ResNet110": ResNet110,
-    "ResNet164": ResNet164,
-    "ResNet1001": ResNet1001,
-    "ResNet1202": ResNet1202,
-    "PreActResNet20": PreActResNet20,
-    "PreActResNet32": PreActResNet32,
-    "PreActResNet44": PreActResNet44,
-    "PreActResNet56": PreActResNet56,
-    "PreActResNet110": PreActResNet110,
-    "PreActResNet164": PreActResNet164,
-    "PreActResNet1001": PreActResNet1001,
-    "ResNet18": ResNet18,
-    "ResNet34": ResNet34,
-    "ResNet50": ResNet50,
-    "ResNet101": ResNet101,
-    "ResNet152": ResNet152,
-    "ResNet200": ResNet200,
-    "PreActResNet18": PreActResNet18,
-    "PreActResNet34": PreActResNet34,
-    "PreActResNet50": PreActResNet50,
-    "PreActResNet101": PreActResNet101,
-    "PreActResNet152": PreActResNet152,
-    "PreActResNet200": PreActResNet200,
+# Constructor name -> registered network. ImageNet nets take Keras Applications' names
+# (ResNet50 ...): CIFAR depths, 6n+2 and 9n+2, never collide with ImageNet ones.
+NAMES = {
+    **{f"ResNet{d}": f"resnet-{d}" for d in (20, 32, 44, 56, 110, 164, 1001, 1202)},
+    **{f"PreActResNet{d}": f"preact-{d}" for d in (20, 32, 44, 56, 110, 164, 1001)},
+    **{f"ResNet{d}": f"resnet-{d}-imagenet" for d in (18, 34, 50, 101, 152, 200)},
+    **{f"PreActResNet{d}": f"preact-{d}-imagenet" for d in (18, 34, 50, 101, 152, 200)},
 }
+CONSTRUCTORS = {public: _constructor(public, name) for public, name in NAMES.items()}
+globals().update(CONSTRUCTORS)
 
 __all__ = ["application", "trained_as", "decode_predictions", "preprocess_input", *CONSTRUCTORS]

@@ -1,4 +1,5 @@
-"""The one path from a spec to a Keras functional model: stem, stages, head."""
+"""The one path from a spec to a Keras functional graph: stem, stages, head
+(`keras_preact.network.ResNet` is the model made of it)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def stem(x, spec: ResNetSpec):
 
 
 # The classifier layer's name: what a fine-tune to other classes initializes anew
-# (`keras_preact.pretrained.load_start`).
+# (`keras_preact.weights.load_start`).
 CLASSIFIER = "predictions"
 
 
@@ -117,9 +118,9 @@ def allow_deep_graph(layers: int) -> None:
         sys.setrecursionlimit(needed)
 
 
-def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
-                    stages: str = "layers") -> keras.Model:
-    """Builds the functional model described by `spec`.
+def graph(spec: ResNetSpec, stages: str = "layers", input_tensor=None) -> tuple:
+    """`(inputs, outputs)` of the functional graph `spec` describes, in form `stages`
+    (`keras_preact.network.ResNet` wraps them in a model).
 
     Layers are named `stem_*`, `stage{s}_unit{uuu}_*`, `final_*`, `predictions`: stable
     across versions, so weights saved by name keep loading. `stages="scan"` runs the
@@ -130,11 +131,6 @@ def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
         raise ValueError(f"Unknown stages {stages!r}. Valid: {list(STAGES)}.")
     if stages == "scan":
         check_scannable(spec)
-    with _cheap_variables():
-        return _functional(spec, name, input_tensor, stages)
-
-
-def _functional(spec: ResNetSpec, name: str, input_tensor, stages: str) -> keras.Model:
     if input_tensor is None:
         inputs = keras.Input(shape=spec.input_shape, name="images")
         x = inputs
@@ -160,11 +156,11 @@ def _functional(spec: ResNetSpec, name: str, input_tensor, stages: str) -> keras
                 raw_identity=spec.stem == "conv-pool",
             )
     allow_deep_graph(layer_bound(spec))
-    return keras.Model(inputs, head(x, spec), name=name)
+    return inputs, head(x, spec)
 
 
 @contextlib.contextmanager
-def _cheap_variables():
+def cheap_variables():
     """Creates the model's variables without two costs that grow with its size (measured in
     benchmarks/README.md, "Building a model"):
 

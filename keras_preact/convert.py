@@ -148,7 +148,7 @@ def from_timm(checkpoint, arch: str, **overrides):
         The registered network `model_name(arch)`, uncompiled, taking NHWC images
         normalized as the checkpoint was trained (timm's mean and std).
     """
-    from keras_preact.builder import build_from_spec
+    from keras_preact.network import build_from_spec
     from keras_preact.specs import resolve
 
     name = model_name(arch)

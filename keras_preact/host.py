@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import platform
+import warnings
 from collections.abc import MutableMapping
 
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
@@ -100,3 +101,20 @@ def cpu_has_bfloat16() -> bool | None:
     flags cannot be read (not Linux)."""
     flags = cpu_flags()
     return None if flags is None else bool(flags & _BFLOAT16)
+
+
+def warn_slow_cpu_settings(mixed_precision: str) -> None:
+    """One warning for each setting that makes a CPU-only run far slower than it need be
+    (figures in benchmarks/README.md, "Precision" and "oneDNN on AVX2-only CPUs")."""
+    if onednn_off():
+        warnings.warn(f"TensorFlow runs without its oneDNN kernels on this CPU, several times "
+                      f"slower: set {ONEDNN}=1 before TensorFlow is imported (the "
+                      f"keras-preact CLI does).", stacklevel=3)
+    if mixed_precision == "float16":
+        warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
+                      "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
+                      stacklevel=3)
+    if mixed_precision == "bfloat16" and cpu_has_bfloat16() is False:
+        warnings.warn("this CPU has no bfloat16 instructions (AVX512-BF16 or AMX), so bfloat16 "
+                      "runs far slower than float32 here: use --mixed-precision off.",
+                      stacklevel=3)

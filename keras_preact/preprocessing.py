@@ -73,7 +73,7 @@ def preprocess_input(x, family: str = "cifar"):
 class Preprocessing:
     """What a network's images go through: normalization with the statistics its weights were
     trained with (`preprocess_input`), and for evaluation and serving a geometry
-    (`resize_for_eval`). `keras_preact.introspect.preprocessing_of(model)` says which."""
+    (`resize_for_eval`). `keras_preact.weights.preprocessing_of(model)` says which."""
 
     stats: str  # key of `STATS`: the mean/std
     size: int  # evaluation side when the network's input size is unspecified
@@ -101,7 +101,7 @@ def resize_for_eval(images, preprocessing: Preprocessing, size: int | None = Non
 
     Args:
         images: `(batch, height, width, 3)` or `(height, width, 3)` uint8/float tensor.
-        preprocessing: the network's (`keras_preact.introspect.preprocessing_of`).
+        preprocessing: the network's (`keras_preact.weights.preprocessing_of`).
         size: output side; defaults to `preprocessing.size`.
 
     Returns:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 import warnings
 
-from keras_preact.preprocessing import FAMILY_PREPROCESSING, Preprocessing
+from keras_preact.datasets import DATASETS
+from keras_preact.preprocessing import FAMILY_PREPROCESSING, RGB, Preprocessing
+from keras_preact.specs import registered, resolve
 
 # Package data: small files ship inside the wheel, beside this module.
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
@@ -64,9 +65,7 @@ class WeightsRecord:
     @property
     def test_split(self) -> str:
         """The split `test_accuracy` is measured on: "test" for CIFAR."""
-        from keras_preact.training.data import dataset_info
-
-        return dataset_info(self.dataset).eval_split
+        return DATASETS[self.dataset].eval_split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +129,25 @@ def all_records() -> list[WeightsRecord | ConvertedRecord]:
     >>> [r.model for r in all_records()][:3]
     ['preact-20', 'resnet-20', 'preact-18-imagenet-timm']
     """
-    from keras_preact.specs import list_models
-
-    order = {name: i for i, name in enumerate(list_models())}
+    order = {name: i for i, name in enumerate(registered())}
     return sorted(_RECORDS.values(), key=lambda r: (order[r.model], r.tag))
+
+
+def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
+    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name;
+    with `pretrained=True`, only those with published weights (`build(name, weights=TAG)`,
+    tags in `released(name)`).
+
+    Example:
+    >>> list_models("preact-1??")
+    ['preact-110', 'preact-164']
+    >>> list_models("*-20", pretrained=True)
+    ['preact-20', 'resnet-20']
+    """
+    if not isinstance(pretrained, bool):
+        raise ValueError(f"`pretrained` must be True or False. Received: pretrained={pretrained!r}")
+    published = {r.model for r in _RECORDS.values()}
+    return [n for n in registered(pattern) if not pretrained or n in published]
 
 
 def preprocessing_for(spec) -> Preprocessing:
@@ -149,16 +163,14 @@ def preprocessing_for(spec) -> Preprocessing:
     >>> preprocessing_for(resolve("preact-50-imagenet")).stats
     'imagenet'
     """
-    from keras_preact.specs import resolve
-
     for record in _RECORDS.values():
-        if isinstance(record, ConvertedRecord) and not _differences(
+        if isinstance(record, ConvertedRecord) and not differences(
                 spec, resolve(record.model), HEAD_FIELDS + ("classes",)):
             return record.preprocessing
     return TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family]
 
 
-def _differences(spec, other, free: tuple[str, ...]) -> list[str]:
+def differences(spec, other, free: tuple[str, ...]) -> list[str]:
     """The fields, `free` ones aside, in which specs `spec` and `other` differ."""
     return [f.name for f in dataclasses.fields(spec)
             if f.name not in free and getattr(spec, f.name) != getattr(other, f.name)]
@@ -177,8 +189,6 @@ def weights_path(model_name: str, weights: str, spec) -> str:
     `model_name` (`weights_file`). Weights were trained on RGB images: `spec` must take 3
     channels; a tag's `spec` must be the network it was trained as, head and image size aside
     (`HEAD_FIELDS`)."""
-    from keras_preact.preprocessing import RGB
-
     if spec.input_shape[-1] != RGB:
         raise ValueError(
             "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels "
@@ -198,11 +208,8 @@ def weights_path(model_name: str, weights: str, spec) -> str:
 def _check_trained_as(spec, record: WeightsRecord) -> None:
     """Refuses a `spec` other than the network `record`'s weights were trained as, except for
     the head and the image size (`HEAD_FIELDS`), as Keras Applications allow."""
-    from keras_preact.specs import resolve
-    from keras_preact.training.data import dataset_info
-
-    trained = resolve(record.model, classes=dataset_info(record.dataset).classes)
-    differ = _differences(spec, trained, HEAD_FIELDS + ("classes",) * (not spec.include_top))
+    trained = resolve(record.model, classes=DATASETS[record.dataset].classes)
+    differ = differences(spec, trained, HEAD_FIELDS + ("classes",) * (not spec.include_top))
     if differ:
         raise ValueError(
             f"Weights {record.tag!r} of {record.model!r} were trained with "
@@ -211,133 +218,6 @@ def _check_trained_as(spec, record: WeightsRecord) -> None:
             "too with include_top=False). Received: "
             + ", ".join(f"{name}={getattr(spec, name)!r}" for name in differ)
         )
-
-
-# The start of Keras' message when some layers' weights do not fit (keras.saving).
-KERAS_LOAD_FAILURES = re.compile(r"A total of (\d+) objects could not be loaded\. Example error "
-                                 r"message for object <\w+ name=([^,>]+)[^>]*>: (.*)")
-
-
-def load_weights(model, spec, path: str) -> None:
-    """`model.load_weights(path)` whatever form (plain or scanned stages, `keras_preact.scan`)
-    the file was saved from and `model` is in: read into a twin of the file's form, then
-    copied across."""
-    from keras_preact import scan
-    from keras_preact.builder import build_from_spec
-
-    try:
-        # A `.keras` file (a run's model.keras) always holds the plain layer graph.
-        saved_scanned = (scan.scannable(spec) and path.endswith(".weights.h5")
-                         and scan.holds_scanned_weights(path))
-        if saved_scanned == scan.is_scanned(model):
-            model.load_weights(path)
-            return
-        twin = build_from_spec(spec, name=model.name,
-                               stages="scan" if saved_scanned else "layers")
-        twin.load_weights(path)
-    except ValueError as error:
-        # Keras' message goes on with the variable's values and every layer that failed.
-        keras_says = " ".join(re.split("Target variable|List of objects", str(error))[0].split())
-        counted = KERAS_LOAD_FAILURES.match(keras_says)
-        if counted:  # "A total of 1 objects could not be loaded. Example ... <Conv2D name=...>"
-            n, name, cause = counted.groups()
-            keras_says = (f"{n} layer{'s' * (n != '1')} could not be loaded; "
-                          f"{'the first' if n != '1' else 'it'} is {name!r}: {cause}")
-        raise ValueError(f"The weights in {path!r} do not fit {model.name!r} as built (build "
-                         "the network the file was saved from: same name and overrides). "
-                         f"Keras: {keras_says}") from None
-    except OSError as error:  # h5py's, without the path
-        raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
-    scan.copy_weights(twin, model)
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-    """Trained weights a training run starts from (`start_from`)."""
-
-    weights: str  # as given: a tag, a .weights.h5 file or a run dir
-    path: str  # the file read: a .weights.h5 file or a run's model.keras
-    classes: int  # the class count the file's classifier was trained for
-
-
-def start_from(model_name: str, spec, weights: str) -> Start:
-    """Where `weights` (a published tag of `model_name`, a `.weights.h5` file or a run dir)
-    is and how many classes it was trained for, checked before any work: the network must be
-    `spec`'s, the head aside (`load_start` replaces a classifier of another class count).
-    """
-    import h5py
-
-    from keras_preact import rundir
-    from keras_preact.specs import resolve
-    from keras_preact.training.data import dataset_info
-
-    if os.path.isdir(weights):
-        config = rundir.read_config(weights)
-        path = os.path.join(weights, rundir.MODEL)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"--weights {weights!r} is not a finished run: it has no "
-                                    f"{rundir.MODEL}.")
-        trained = resolve(config.get("model"), **config.get("overrides", {}))
-        _check_same_network(spec, trained, f"run {weights!r}")
-        return _loadable(spec, Start(weights, path, trained.classes))
-    if str(weights).endswith(".weights.h5"):
-        path = weights_path(model_name, weights, spec)
-        try:
-            with h5py.File(path, "r") as f:  # Keras names the classifier's group "dense..."
-                heads = sorted(k for k in f.get("layers", {}) if k.startswith("dense"))
-                classes = int(f["layers"][heads[-1]]["vars"]["1"].shape[0]) if heads else None
-        except OSError as error:
-            raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
-        if classes is None:
-            raise ValueError(f"{path!r} holds no classifier (saved with include_top=False?): "
-                             "train starts from a whole classifier's weights.")
-        return _loadable(spec, Start(weights, path, classes))
-    record = released(model_name).get(weights)
-    classes = dataset_info(record.dataset).classes if record else spec.classes
-    path = weights_path(model_name, weights, dataclasses.replace(spec, classes=classes))
-    return Start(weights, path, classes)
-
-
-def _loadable(spec, start: Start) -> Start:
-    """`start`, once its file is checked to load into the network `spec` describes (a file
-    of another network fails here, before a run dir is written)."""
-    from keras_preact import scan
-    from keras_preact.builder import build_from_spec
-
-    trained = dataclasses.replace(spec, classes=start.classes)
-    model = build_from_spec(trained, stages="scan" if scan.scannable(trained) else "layers")
-    load_weights(model, trained, start.path)
-    return start
-
-
-def _check_same_network(spec, trained, what: str) -> None:
-    differ = _differences(spec, trained, HEAD_FIELDS + ("classes",))
-    if differ:
-        raise ValueError(f"The weights of {what} are for another network: "
-                         + ", ".join(f"{n}={getattr(trained, n)!r}" for n in differ)
-                         + ". Received: " + ", ".join(f"{n}={getattr(spec, n)!r}" for n in differ))
-
-
-def load_start(model, spec, start: Start) -> tuple[list[str], list[str]]:
-    """Loads `start` into `model` (built from `spec`, in either form): every layer when the
-    class counts match; else every layer but the classifier, which keeps its initial
-    weights. Returns the names of the layers `(loaded, initialized)`."""
-    from keras_preact.builder import CLASSIFIER, build_from_spec
-    from keras_preact.scan import is_scanned
-
-    with_weights = [layer for layer in model.layers if layer.weights]
-    if start.classes == spec.classes:
-        load_weights(model, spec, start.path)
-        return [layer.name for layer in with_weights], []
-    trained_spec = dataclasses.replace(spec, classes=start.classes)
-    trained = build_from_spec(trained_spec, name=model.name,
-                              stages="scan" if is_scanned(model) else "layers")
-    load_weights(trained, trained_spec, start.path)
-    head = model.get_layer(CLASSIFIER)  # the one layer whose shapes differ
-    for layer in with_weights:
-        if layer is not head:
-            layer.set_weights(trained.get_layer(layer.name).get_weights())
-    return [layer.name for layer in with_weights if layer is not head], [head.name]
 
 
 def weights_file(model: str, tag: str, cache_dir: str | None = None) -> str:

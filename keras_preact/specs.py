@@ -2,7 +2,8 @@
 
 A spec says *what* a network is (family, block, units per stage, unit design, shortcut);
 `keras_preact.blocks` says *how* each piece is built. `build(name, **overrides)` is
-`build_from_spec(resolve(name, **overrides))`, and nothing else builds a model.
+`build_from_spec(resolve(name, **overrides))` (`keras_preact.weights.build_network`), and nothing
+else builds a model.
 """
 
 from __future__ import annotations
@@ -341,23 +342,13 @@ def get_spec(name: str) -> ResNetSpec:
     return _REGISTRY[name]
 
 
-def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
-    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name;
-    with `pretrained=True`, only those with published weights (`build(name, weights=TAG)`,
-    tags in `keras_preact.pretrained.released(name)`).
+def registered(pattern: str = "*") -> list[str]:
+    """Registered names matching an fnmatch `pattern`, sorted by family, depth, then name
+    (`keras_preact.list_models` adds the published-weights filter).
 
     Example:
-    >>> list_models("preact-1??")
+    >>> registered("preact-1??")
     ['preact-110', 'preact-164']
-    >>> list_models("*-20", pretrained=True)
-    ['preact-20', 'resnet-20']
     """
-    if not isinstance(pretrained, bool):
-        raise ValueError(f"`pretrained` must be True or False. Received: pretrained={pretrained!r}")
     names = fnmatch.filter(_REGISTRY, pattern)
-    if pretrained:
-        from keras_preact.pretrained import all_records  # records sit above the registry
-
-        published = {r.model for r in all_records()}
-        names = [n for n in names if n in published]
     return sorted(names, key=lambda n: (_REGISTRY[n].family, _REGISTRY[n].depth, n))

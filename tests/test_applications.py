@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 import keras_preact
-from keras_preact import applications, cli, introspect, labels, plotting, preprocessing, specs
+from keras_preact import (
+    applications,
+    cli,
+    labels,
+    network,
+    plotting,
+    preprocessing,
+    specs,
+    weights,
+)
 from keras_preact.paper import PAPER_RESULTS
 
 # The channels of the last feature map (Keras' `last_dim`): 64 / 256 for CIFAR basic /
@@ -33,7 +42,7 @@ REPRESENTATIVE = ["ResNet20", "PreActResNet20", "ResNet18", "PreActResNet50"]
 
 def output_side(model: keras.Model, side: int) -> int:
     """Same-padded stride-2 layers: CIFAR nets downsample twice, ImageNet nets 5 times."""
-    downsamplings = {"cifar": 2, "imagenet": 5}[introspect.family_of(model)]
+    downsamplings = {"cifar": 2, "imagenet": 5}[network.family_of(model)]
     return -(-side // 2**downsamplings)
 
 
@@ -163,9 +172,9 @@ def test_decode_predictions():
 
 
 def test_family_detection():
-    assert introspect.family_of(keras_preact.build("preact-20", depth=8)) == "cifar"
+    assert network.family_of(keras_preact.build("preact-20", depth=8)) == "cifar"
     small_imagenet = keras_preact.build("preact-18-imagenet", units=(1, 1, 1, 1))
-    assert introspect.family_of(small_imagenet) == "imagenet"
+    assert network.family_of(small_imagenet) == "imagenet"
 
 
 def test_list_command(capsys):
@@ -186,14 +195,15 @@ def test_list_command(capsys):
 
 @pytest.fixture
 def built_specs(monkeypatch):
-    """Replaces the builder: records (spec, name, input_tensor) of each constructor call."""
+    """Replaces the builder of the one build path (`weights.build_network`): records (spec,
+    name, input_tensor) of each constructor call."""
     calls = []
 
-    def record(spec, name="resnet", input_tensor=None):
+    def record(spec, name="resnet", input_tensor=None, stages="layers", dtype=None):
         calls.append((spec, name, input_tensor))
         return "model"
 
-    monkeypatch.setattr(applications, "build_from_spec", record)
+    monkeypatch.setattr(weights, "build_from_spec", record)
     return calls
 
 
@@ -339,7 +349,7 @@ def test_a_string_is_not_a_list_of_labels(tmp_path):
 
     model = keras_preact.build("preact-20", depth=8)
     with pytest.raises(ValueError) as info:
-        export.export_saved_model(model, str(tmp_path), labels="abcdefghij")
+        export.export_model(model, str(tmp_path), labels="abcdefghij")
     assert str(info.value) == ("`labels` must be a list or tuple of names, one per item. "
                                "Received: labels='abcdefghij'")
     assert not list(tmp_path.iterdir())

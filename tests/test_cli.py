@@ -62,7 +62,7 @@ def test_another_keras_backend_in_the_shell_runs_on_tensorflow(backend, cifar10_
 
 def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_model_file):
     """imagenet2012's `test` split has no labels: its held-out split is `validation`."""
-    from keras_preact.training import data, trainer
+    from keras_preact.training import evaluation, sources
 
     asked = []
 
@@ -70,12 +70,12 @@ def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_mode
         asked.append((name, split))
         raise FileNotFoundError("stop here")
 
-    monkeypatch.setattr(data, "check_split", check_split)
+    monkeypatch.setattr(sources, "check_split", check_split)
     imagenet = keras_preact.build("preact-18-imagenet", units=(1, 1, 1, 1),
                                   input_shape=(64, 64, 3))
     for dataset, model in (("cifar10", tiny_model_file), ("imagenet2012", imagenet)):
         with pytest.raises(FileNotFoundError, match="stop here"):
-            trainer.evaluate(model, dataset=dataset)
+            evaluation.evaluate(model, dataset=dataset)
     assert asked == [("cifar10", "test"), ("imagenet2012", "validation")]
 
 
@@ -83,15 +83,15 @@ def test_evaluate_refuses_a_model_that_does_not_fit_the_dataset_before_the_data(
         monkeypatch, tiny_model_file):
     """A 10-class model on cifar100 used to download CIFAR-100 (minutes of retries offline)
     before it was refused."""
-    from keras_preact.training import data, trainer
+    from keras_preact.training import evaluation, sources
 
     def check_split(*args, **kwargs):
         raise AssertionError("the data was touched")
 
-    monkeypatch.setattr(data, "check_split", check_split)
+    monkeypatch.setattr(sources, "check_split", check_split)
     with pytest.raises(ValueError, match=r"^Dataset 'cifar100' needs a cifar model with 100 "
                                          r"outputs. Received: a cifar model with 10 outputs.$"):
-        trainer.evaluate(tiny_model_file, dataset="cifar100")
+        evaluation.evaluate(tiny_model_file, dataset="cifar100")
 
 
 FAST = """

@@ -93,7 +93,7 @@ def test_converted_model_computes_what_timm_computes(timm, arch):
 def test_the_paper_s_padding_would_compute_something_else(timm):
     """Why the timm variant is registered apart: the same tensors in a net with TensorFlow's
     SAME padding give other logits (and the paper's stem has no place for them at all)."""
-    from keras_preact.builder import build_from_spec
+    from keras_preact.network import build_from_spec
     from keras_preact.specs import resolve
 
     reference = random_timm(timm, "resnetv2_18")
@@ -294,7 +294,7 @@ def test_the_records_fit_the_converter_and_the_source():
 ])
 def test_a_net_takes_the_preprocessing_of_its_weights(name, expected):
     """Read off the built model (as evaluate and export do), whatever its head and size."""
-    from keras_preact.introspect import preprocessing_of
+    from keras_preact.weights import preprocessing_of
 
     spec = keras_preact.get_spec(name)
     overrides = {"units": (1,) * len(spec.units)} if spec.family == "cifar" else {}

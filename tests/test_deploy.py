@@ -22,13 +22,15 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
-from keras_preact import cli, deploy, files, scan
+from keras_preact import cli, files, scan
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
-from keras_preact.introspect import outputs_logits, preprocessing_of
+from keras_preact.export import runtimes as deploy
+from keras_preact.export.signatures import model_side
+from keras_preact.introspect import outputs_logits
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import preprocess_input, resize_for_eval
-from keras_preact.serving.signatures import model_side
+from keras_preact.weights import preprocessing_of
 
 ort = pytest.importorskip("onnxruntime")
 ov = pytest.importorskip("openvino")
@@ -351,7 +353,8 @@ def test_models_that_are_not_classifiers_are_refused_as_for_saved_model(format, 
 # has written half of each file.
 KILLED_MID_WRITE = """
 import os, signal, sys
-from keras_preact import cli, deploy
+from keras_preact import cli
+from keras_preact.export import runtimes as deploy
 
 format = sys.argv[1]
 write = deploy.WRITERS[format]

@@ -8,10 +8,11 @@ import pytest
 MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_preact.labels",
            "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.builder",
            "keras_preact.export", "keras_preact.scan", "keras_preact.training.trainer",
-           "keras_preact.training.schedule", "keras_preact.files",
-           "keras_preact.training.config", "keras_preact.rundir",
-           "keras_preact.deploy", "keras_preact.paper", "keras_preact.introspect",
-           "keras_preact.scanned_units", "keras_preact.scan.convert", "keras_preact.scan.files",
+           "keras_preact.optim", "keras_preact.files",
+           "keras_preact.training.config", "keras_preact.rundir", "keras_preact.training.net",
+           "keras_preact.datasets",
+           "keras_preact.export.runtimes", "keras_preact.paper", "keras_preact.network",
+           "keras_preact.scanned_units", "keras_preact.scan.convert", "keras_preact.weights",
            "keras_preact.pretrained", "keras_preact.host", "keras_preact.convert"]
 
 

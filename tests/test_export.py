@@ -22,7 +22,8 @@ import pytest
 import tensorflow as tf
 
 import keras_preact
-from keras_preact.export import export_saved_model
+from keras_preact.export import export_model
+from keras_preact.export.signatures import MAX_ASPECT_RATIO, MAX_SIDE, crop_aspect_ratio
 from keras_preact.introspect import output_kind, outputs_logits
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import (
@@ -31,7 +32,6 @@ from keras_preact.preprocessing import (
     preprocess_input,
     resize_for_eval,
 )
-from keras_preact.serving.signatures import MAX_ASPECT_RATIO, MAX_SIDE, crop_aspect_ratio
 
 PROBE = textwrap.dedent(
     """
@@ -157,8 +157,8 @@ def exported(tmp_path_factory):
     imagenet = keras_preact.build(
         "preact-18-imagenet", units=(1, 1, 1, 1), input_shape=(64, 64, 3), classes=7
     )
-    c_dir = export_saved_model(cifar, tmp / "models", name="cifar")
-    i_dir = export_saved_model(imagenet, tmp / "models", name="imagenet")
+    c_dir = export_model(cifar, tmp / "models", name="cifar")
+    i_dir = export_model(imagenet, tmp / "models", name="imagenet")
     jpeg = tf.io.encode_jpeg(MIXED[1]).numpy()
     def images(x):
         return {"images": array_input(x)}
@@ -453,7 +453,7 @@ def test_served_probabilities_follow_the_output_kind(case, tmp_path):
     exactly one normalization."""
     make, kind = KINDS[case]
     model = make()
-    path = export_saved_model(model, tmp_path, name="m")
+    path = export_model(model, tmp_path, name="m")
     served = tf.saved_model.load(path).signatures["serving_default"](images=CIFAR_32)
     outputs = model(preprocess_input(CIFAR_32), training=False)
     expected = tf.nn.softmax(outputs) if kind == "logits" else outputs
@@ -470,7 +470,7 @@ def test_served_probabilities_follow_the_output_kind(case, tmp_path):
 )
 def test_models_that_are_not_classifiers_are_refused(make, message, tmp_path):
     with pytest.raises(ValueError, match=message):
-        export_saved_model(make(), tmp_path, name="m")
+        export_model(make(), tmp_path, name="m")
     assert not os.path.exists(tmp_path / "m")
 
 
@@ -479,7 +479,7 @@ def test_a_timm_net_serves_with_timms_preprocessing(tmp_path):
     side / 0.9, bicubic, centre crop) and normalize with timm's mean = std = 127.5: the
     SavedModel answers as the Keras model on those images, and not as on fb.resnet.torch's."""
     model = keras_preact.build("preact-18-imagenet-timm", input_shape=(64, 64, 3), classes=7)
-    out = run_probe([{"id": "odd", "dir": export_saved_model(model, tmp_path, name="timm"),
+    out = run_probe([{"id": "odd", "dir": export_model(model, tmp_path, name="timm"),
                       "signature": "serving_default", "inputs": {"images": array_input(
                           IMAGENET_ODD)}}], tmp_path)["odd"]
 

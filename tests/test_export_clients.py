@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import keras_preact
 from keras_preact import pretrained
-from keras_preact.export import export_saved_model
+from keras_preact.export import export_model
 from keras_preact.labels import class_names
 
 KIT = pathlib.Path(__file__).resolve().parents[1] / "export"
@@ -34,7 +34,7 @@ def served(tmp_path_factory, cifar10_data_dir):
     """The published preact-20 exported, and real images its training run held out."""
     import tensorflow_datasets as tfds
 
-    path = export_saved_model(keras_preact.build("preact-20", weights="cifar10"),
+    path = export_model(keras_preact.build("preact-20", weights="cifar10"),
                               tmp_path_factory.mktemp("kit"), name="m")
     images, labels = tfds.as_numpy(tfds.load(
         "cifar10", split=pretrained.released("preact-20")["cifar10"].val_split,

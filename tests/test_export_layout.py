@@ -18,8 +18,8 @@ import pytest
 
 import keras_preact
 from keras_preact import cli
-from keras_preact.export import export_saved_model, serving_form
-from keras_preact.serving import layout
+from keras_preact.export import export_model, layout
+from keras_preact.export.loading import serving_form
 
 
 @pytest.fixture(scope="module")
@@ -41,25 +41,25 @@ def listing(model_dir) -> list[str]:
 
 
 def test_versions_increment_and_are_never_overwritten(model, tmp_path):
-    first = export_saved_model(model, tmp_path, name="m")
-    second = export_saved_model(model, tmp_path, name="m")
+    first = export_model(model, tmp_path, name="m")
+    second = export_model(model, tmp_path, name="m")
     assert (first, second) == (str(tmp_path / "m" / "1"), str(tmp_path / "m" / "2"))
     assert sorted(os.listdir(second)) == [
         "assets", "assets.extra", "fingerprint.pb", "saved_model.pb", "variables",
     ]
     before = os.stat(tmp_path / "m" / "1" / "saved_model.pb").st_mtime_ns
     with pytest.raises(FileExistsError, match="Version 1 .* already exists"):
-        export_saved_model(model, tmp_path, name="m", version=1)
+        export_model(model, tmp_path, name="m", version=1)
     assert os.stat(tmp_path / "m" / "1" / "saved_model.pb").st_mtime_ns == before
-    assert export_saved_model(model, tmp_path, name="m", version=7).endswith(os.sep + "7")
-    assert export_saved_model(model, tmp_path, name="m").endswith(os.sep + "8")
+    assert export_model(model, tmp_path, name="m", version=7).endswith(os.sep + "7")
+    assert export_model(model, tmp_path, name="m").endswith(os.sep + "8")
     assert listing(tmp_path / "m") == ["1", "2", "7", "8"]  # no temporary dir left
 
 
 @pytest.mark.parametrize("version", [0, -3, "2", True, layout.MAX_VERSION + 1, 10**20])
 def test_bad_version_rejected(model, tmp_path, version):
     with pytest.raises(ValueError, match=f"positive integer up to {layout.MAX_VERSION}"):
-        export_saved_model(model, tmp_path, version=version)
+        export_model(model, tmp_path, version=version)
     assert listing(tmp_path) == []
 
 
@@ -73,16 +73,16 @@ def test_versions_are_what_tf_serving_parses(model, tmp_path):
     (model_dir / "\u00b2").mkdir()  # a digit to str.isdigit(), not to int()
     (model_dir / "007").mkdir()
     assert layout.existing_versions(str(model_dir)) == [1, 7]
-    assert export_saved_model(model, tmp_path, name="m") == str(model_dir / "8")
+    assert export_model(model, tmp_path, name="m") == str(model_dir / "8")
     with pytest.raises(FileExistsError, match="Version 7 "):  # "007" is version 7
-        export_saved_model(model, tmp_path, name="m", version=7)
+        export_model(model, tmp_path, name="m", version=7)
     with pytest.raises(FileExistsError, match="Version 1 "):
-        export_saved_model(model, tmp_path, name="m", version=1)
+        export_model(model, tmp_path, name="m", version=1)
 
-    last = export_saved_model(model, tmp_path, name="m", version=layout.MAX_VERSION)
+    last = export_model(model, tmp_path, name="m", version=layout.MAX_VERSION)
     assert last == str(model_dir / str(layout.MAX_VERSION))
     with pytest.raises(ValueError, match="No version number left"):
-        export_saved_model(model, tmp_path, name="m")
+        export_model(model, tmp_path, name="m")
 
 
 def test_cli_refuses_versions_beyond_int64(run_dir, tmp_path, capsys):
@@ -103,7 +103,7 @@ def test_invalid_model_names_are_refused(model, tmp_path, name):
         layout.check_name(name)
     if name is not None:  # None means "the default name"
         with pytest.raises(ValueError, match=re.escape(f"Received: name={name!r}")):
-            export_saved_model(model, tmp_path, name=name)
+            export_model(model, tmp_path, name=name)
     assert listing(tmp_path) == []
 
 
@@ -114,7 +114,7 @@ def test_a_run_dir_whose_model_is_null_is_refused(run_dir, tmp_path):
     (bad_run / "model.keras").write_bytes((run_dir / "model.keras").read_bytes())
     (bad_run / "config.json").write_text('{"model": null}')
     with pytest.raises(ValueError, match='"model" entry of .*config.json must be a string'):
-        export_saved_model(bad_run, tmp_path / "base")
+        export_model(bad_run, tmp_path / "base")
     assert not (tmp_path / "base").exists()
 
 
@@ -122,13 +122,13 @@ def test_crash_during_write_leaves_no_version(model, tmp_path, monkeypatch):
     def crash(*args):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("keras_preact.serving.warmup.write_warmup", crash)
+    monkeypatch.setattr("keras_preact.export.warmup.write_warmup", crash)
     with pytest.raises(RuntimeError, match="disk full"):
-        export_saved_model(model, tmp_path / "base", name="m")
+        export_model(model, tmp_path / "base", name="m")
     assert listing(tmp_path) == []  # the directories this export created are gone too
     (tmp_path / "m").mkdir()
     with pytest.raises(RuntimeError, match="disk full"):
-        export_saved_model(model, tmp_path, name="m")
+        export_model(model, tmp_path, name="m")
     assert listing(tmp_path / "m") == []  # a model dir that was there is kept
 
 
@@ -136,15 +136,15 @@ KILLED_EXPORT = textwrap.dedent(
     """
     import sys, time
     import keras_preact
-    from keras_preact.serving import warmup
+    from keras_preact.export import warmup
 
     def hang(version_dir, *args):  # the SavedModel is written; stop before the warm-up file
         open(sys.argv[2], "w").write(version_dir)
         time.sleep(600)
 
     warmup.write_warmup = hang
-    from keras_preact.export import export_saved_model, serving_form
-    export_saved_model(keras_preact.build("preact-20", depth=8), sys.argv[1], name="m")
+    from keras_preact.export import export_model
+    export_model(keras_preact.build("preact-20", depth=8), sys.argv[1], name="m")
     """
 )
 
@@ -172,7 +172,7 @@ def test_sigkill_midway_leaves_no_version_and_next_export_works(model, tmp_path)
     assert not any(entry.isdigit() for entry in leftover)
     assert (model_dir / leftover[0] / "saved_model.pb").exists()  # it was mid-way
 
-    assert export_saved_model(model, tmp_path / "base", name="m") == str(model_dir / "1")
+    assert export_model(model, tmp_path / "base", name="m") == str(model_dir / "1")
     assert listing(model_dir) == ["1"]  # the dead exporter's temporary dir is cleaned
 
 
@@ -202,9 +202,9 @@ def test_cleanup_spares_live_and_foreign_temp_dirs(tmp_path):
 
 
 def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
-    from_file = export_saved_model(run_dir / "model.keras", tmp_path / "a")
+    from_file = export_model(run_dir / "model.keras", tmp_path / "a")
     assert from_file == str(tmp_path / "a" / model.name / "1")
-    from_run = export_saved_model(run_dir, tmp_path / "b", labels=[f"c{i}" for i in range(10)])
+    from_run = export_model(run_dir, tmp_path / "b", labels=[f"c{i}" for i in range(10)])
     assert from_run == str(tmp_path / "b" / "preact-20" / "1")
 
     import numpy as np
@@ -231,7 +231,7 @@ def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
 )
 def test_unknown_paths_are_named(tmp_path, make, error, message):
     with pytest.raises(error, match=message):
-        export_saved_model(make(tmp_path), tmp_path / "base")
+        export_model(make(tmp_path), tmp_path / "base")
 
 
 def test_bad_config_and_labels(model, run_dir, tmp_path):
@@ -240,9 +240,9 @@ def test_bad_config_and_labels(model, run_dir, tmp_path):
     (bad_run / "model.keras").write_bytes((run_dir / "model.keras").read_bytes())
     (bad_run / "config.json").write_text('{"dataset": "cifar10"}')
     with pytest.raises(ValueError, match='"model" entry'):
-        export_saved_model(bad_run, tmp_path)
+        export_model(bad_run, tmp_path)
     with pytest.raises(ValueError, match="10 strings, one per class. Received 3"):
-        export_saved_model(model, tmp_path, labels=["a", "b", "c"])
+        export_model(model, tmp_path, labels=["a", "b", "c"])
 
 
 def test_cli_export_and_errors(run_dir, tmp_path, capsys):
@@ -315,7 +315,7 @@ def test_full_preactivation_nets_are_served_with_scanned_stages(tmp_path):
     assert serving_form(served_model) is served_model
     original = keras_preact.build("resnet-20")
     assert serving_form(original) is original  # post-activation: exported as it is
-    version = export_saved_model(plain, str(tmp_path))
+    version = export_model(plain, str(tmp_path))
     images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
     outputs = tf.saved_model.load(version).signatures["serving_default"](images=images)
     expected = plain(preprocessing.preprocess_input(images), training=False)

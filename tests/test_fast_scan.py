@@ -10,6 +10,7 @@ import pytest
 
 import keras_preact
 from keras_preact import scan
+from keras_preact.network import ResNet
 from keras_preact.training import SGDWithL2
 
 # Small nets whose stages hold 2, 1, 1 scanned units after their first unit.
@@ -165,7 +166,7 @@ def test_kept_bn_relu_outputs_give_the_recomputed_gradients_in_bfloat16():
         kept = keras_preact.build("preact-164", stages="scan", units=(3, 2, 2))
     finally:
         keras.config.set_dtype_policy("float32")
-    recomputed = keras.Model.from_config(kept.get_config())
+    recomputed = type(kept).from_config(kept.get_config())  # the spec and form
     recomputed.set_weights(kept.get_weights())
     scan.set_options(kept, recompute_bn=False)
     x, y = images(kept, n=8, seed=6), np.arange(8) % 10
@@ -244,39 +245,40 @@ def test_headless_and_logit_files_load_scanned(overrides, tmp_path):
 
 
 def test_files_of_other_nets_load_as_they_are(tmp_path):
+    """A plain `.keras` file declares no network, unless it is a run dir's model.keras that
+    holds, layer for layer, the network the run's config.json names."""
+    from keras_preact import rundir
     from keras_preact.api import load_for_inference
 
     plain = keras_preact.build("preact-164", depth=29)  # 3 units per stage
-
-    def rewire(config):  # unit 3 fed by unit 1 instead of unit 2: same shapes, another net
-        inbound = layer_entry(config, "stage2_unit003_bn1")["inbound_nodes"][0]["args"][0]
-        inbound["config"]["keras_history"][0] = "stage2_unit001_add"
-
-    def epsilon(config):
-        layer_entry(config, "stage1_unit003_bn2")["config"]["epsilon"] = 1e-3
-
-    for name, edit in {"rewired": rewire, "epsilon": epsilon}.items():
-        config = {"config": plain.get_config()}
-        edit(config)
-        keras.Model.from_config(config["config"]).save(str(tmp_path / f"{name}.keras"))
+    run = {"model": "preact-164", "overrides": {"depth": 29}}
     extra = keras.Model(plain.input, keras.layers.Dense(3, name="extra")(plain.output))
-    extra.save(str(tmp_path / "extra.keras"))
-    keras_preact.build("resnet-20", depth=8).save(str(tmp_path / "resnet.keras"))
-    scan.to_scanned(plain).save(str(tmp_path / "scanned.keras"))
-    for name in ["rewired", "epsilon", "extra", "resnet"]:
-        path = str(tmp_path / f"{name}.keras")
+    files = {"plain": keras.Model(plain.inputs, plain.outputs, name=plain.name), "extra": extra,
+             "other": keras.Model(plain.inputs, plain.outputs, name=plain.name)}
+    for name, model in files.items():
+        (tmp_path / name).mkdir()
+        model.save(str(tmp_path / name / rundir.MODEL))
+        if name != "plain":  # a run dir; "other" says it trained another network
+            rundir.write_config(tmp_path / name, run if name == "extra" else
+                                {"model": "preact-164", "overrides": {"depth": 20}})
+    for name in files:
+        path = str(tmp_path / name / rundir.MODEL)
         model = load_for_inference(path)
-        assert not scan.is_scanned(model), name
+        assert not scan.is_scanned(model) and not isinstance(model, ResNet), name
         x = images(model)  # what Keras builds of the file
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(x, training=False)),
                                       keras.ops.convert_to_numpy(
                                           keras.saving.load_model(path)(x, training=False)))
+    rundir.write_config(tmp_path / "plain", run)  # now it is a run dir of its network
+    loaded = load_for_inference(str(tmp_path / "plain"))
+    assert scan.is_scanned(loaded) and keras_preact.spec_of(loaded) == keras_preact.spec_of(plain)
+    scan.to_scanned(plain).save(str(tmp_path / "scanned.keras"))
     assert scan.is_scanned(load_for_inference(str(tmp_path / "scanned.keras")))
 
 
 def test_evaluate_and_export_load_plain_files_scanned(tmp_path):
     from keras_preact.api import load_for_inference
-    from keras_preact.export import load_for_export
+    from keras_preact.export.loading import load_for_export
 
     path = str(tmp_path / "plain.keras")
     keras_preact.build("preact-164", depth=20).save(path)
@@ -287,12 +289,13 @@ def test_evaluate_and_export_load_plain_files_scanned(tmp_path):
 
 def test_files_saved_before_the_split_of_scan_still_load(tmp_path):
     """Scanned `.keras` files written when `ScannedUnits` lived in module `keras_preact.scan`
-    name that module; Keras finds the layer by its registered name `keras_preact>ScannedUnits`."""
+    name that module; Keras finds the layer by its registered name `keras_preact>ScannedUnits`.
+    (Those files hold a plain functional graph, as `keras.Model` of the same layers saves.)"""
     import zipfile
 
     fast = scan.to_scanned(plain_with_statistics("basic"))
     new, old = str(tmp_path / "new.keras"), str(tmp_path / "old.keras")
-    fast.save(new)
+    keras.Model(fast.inputs, fast.outputs, name=fast.name).save(new)
     with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
         for item in source.infolist():
             data = source.read(item.filename)

@@ -81,10 +81,10 @@ def test_fine_tuned_from_cifar10_beats_random_weights_on_held_out_images(folders
 
 
 def test_class_names_come_back_from_the_export_and_decode_predictions(folders, runs, tmp_path):
-    from keras_preact.export import export_saved_model
+    from keras_preact.export import export_model
 
     _, test_dir = folders
-    served = tf.saved_model.load(export_saved_model(str(runs[0]), str(tmp_path)))
+    served = tf.saved_model.load(export_model(str(runs[0]), str(tmp_path)))
     ships = np.stack([np.array(PIL.Image.open(os.path.join(test_dir, "ship", f"{i}.png")))
                       for i in range(8)])
     out = served.signatures["serving_default"](images=tf.constant(ships))

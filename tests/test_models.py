@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_preact
-from keras_preact import api, builder, cli, specs
+from keras_preact import api, builder, cli, network, specs
 from keras_preact.paper import paper_result
 
 ALL = keras_preact.list_models()
@@ -403,13 +403,19 @@ def test_load_model_bounds_the_layers_a_file_asks_for(tmp_path):
     assert sys.getrecursionlimit() == limit
     # The size of config.json is bounded too, before it is read (a small zip can inflate to
     # much more): preact-20's is 72 kB, about 1 kB per layer.
-    real = tmp_path / "real.keras"
-    keras_preact.build("preact-20").save(real)
+    net = keras_preact.build("preact-20")
+    real = tmp_path / "real.keras"  # the plain graph, as a run dir keeps it
+    keras.Model(net.inputs, net.outputs, name=net.name).save(real)
     too_big = (r"real.keras' holds a config.json of \d+ bytes; "
                r"load_model reads at most 20480 for max_layers=10")
     with pytest.raises(ValueError, match=too_big):
         keras_preact.load_model(str(real), max_layers=10)
     assert keras_preact.load_model(str(real), max_layers=80).name == "preact-20"
+    # A network's own file holds its spec: it asks for the layers that spec bounds.
+    own = tmp_path / "own.keras"
+    net.save(own)
+    with pytest.raises(ValueError, match=r"own.keras' asks for a graph of 160 layers"):
+        keras_preact.load_model(str(own), max_layers=80)
 
 
 @pytest.mark.parametrize("config", [[1, 2], "model", {"config": [1]}, {"config": {"layers": 3}}])
@@ -435,11 +441,11 @@ def test_max_layers_bounds_every_registered_network():
     # One-conv units with a gated shortcut reach the bound, up to the stem and head's slack.
     tightest = keras_preact.resolve("resnet-20", units=(6, 6, 6), block="single",
                                     shortcut="exclusive-gating")
-    assert 0 <= builder.layer_bound(tightest) - len(builder.build_from_spec(tightest).layers) <= 16
+    assert 0 <= builder.layer_bound(tightest) - len(network.build_from_spec(tightest).layers) <= 16
     for unit in specs.UNITS:
         spec = keras_preact.resolve("resnet-20", units=(2, 1, 1), block="single", unit=unit,
                                     shortcut="exclusive-gating")
-        assert len(builder.build_from_spec(spec).layers) <= builder.layer_bound(spec)
+        assert len(network.build_from_spec(spec).layers) <= builder.layer_bound(spec)
 
 
 @pytest.mark.parametrize("backend", ["torch", "jax"])

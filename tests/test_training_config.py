@@ -143,18 +143,18 @@ def test_train_takes_a_config_or_its_fields_and_config_json_round_trips(
 
 def test_a_resumed_run_must_keep_its_warmup_lr(tmp_path):
     """warmup_lr, which a diverged run may change, is part of the recipe a rerun keeps."""
-    from keras_preact.training import trainer
+    from keras_preact.training import resume
 
     before = {"model": "preact-20", **dataclasses.asdict(TrainConfig())}
     rundir.write_config(tmp_path, before)
     (tmp_path / rundir.BACKUP).mkdir()
     (tmp_path / rundir.BACKUP / rundir.BACKUP_FILE).write_bytes(b"")
-    assert trainer._resume_config(str(tmp_path), dict(before)) == before
+    assert resume.resume_config(str(tmp_path), dict(before)) == before
     with pytest.raises(ValueError, match=r"other settings.*Received \(before -> now\): "
                                          r"warmup_lr: 0.01 -> 0.02$"):
-        trainer._resume_config(str(tmp_path), {**before, "warmup_lr": 0.02})
+        resume.resume_config(str(tmp_path), {**before, "warmup_lr": 0.02})
     rundir.write_config(tmp_path, {**before, "diverged_at_step": 7})
-    assert trainer._resume_config(str(tmp_path), {**before, "warmup_lr": 0.02})["changes"] == [
+    assert resume.resume_config(str(tmp_path), {**before, "warmup_lr": 0.02})["changes"] == [
         {"at_step": 7, "warmup_lr": [0.01, 0.02]}]
 
 
@@ -190,8 +190,8 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
     import keras
     import numpy as np
 
+    from keras_preact.optim import paper_schedule
     from keras_preact.training.callbacks import MetricsCSV
-    from keras_preact.training.schedule import paper_schedule
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     schedule = paper_schedule(8, warmup_steps=0)
@@ -213,12 +213,12 @@ def test_metrics_csv_appends_epochs_in_its_column_order(tmp_path):
 def test_the_seed_fixes_the_initial_weights():
     import numpy as np
 
-    from keras_preact.training import trainer
-    from keras_preact.training.schedule import paper_schedule
+    from keras_preact.optim import paper_schedule
+    from keras_preact.training.net import build_and_compile
 
     def initial(seed):
-        net = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
-                                        overrides={"depth": 8}, seed=seed)
+        net = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                                overrides={"depth": 8}, seed=seed)
         return [np.asarray(w) for w in net.get_weights()]
 
     first = initial(0)
@@ -233,11 +233,11 @@ def test_the_seed_fixes_the_initial_weights():
 def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, recompute_bn):
     """benchmarks/README.md: keeping them is faster in bfloat16 and only costs memory in
     float32, so the trainer recomputes them in float32 runs only."""
+    from keras_preact.optim import paper_schedule
     from keras_preact.scanned_units import scanned_layers
-    from keras_preact.training import trainer
-    from keras_preact.training.schedule import paper_schedule
+    from keras_preact.training.net import build_and_compile
 
-    net = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
-                                    overrides={"depth": 14}, mixed_precision=precision)
+    net = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                            overrides={"depth": 14}, mixed_precision=precision)
     layers = scanned_layers(net)
     assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}

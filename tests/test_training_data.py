@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_preact.training import data
+from keras_preact.training import augment, data, sources
 
 
 def _probe_image():
@@ -22,7 +22,7 @@ def _probe_image():
 
 def test_cifar_augmentation_pads_crops_and_flips():
     image = _probe_image()
-    outs = np.stack([data.augment_cifar(image).numpy() for _ in range(200)])
+    outs = np.stack([augment.augment_cifar(image).numpy() for _ in range(200)])
     assert outs.shape == (200, 32, 32, 3) and outs.dtype == np.uint8
     assert set(np.unique(outs)) <= {0, 100, 200}
     zero_rows = (outs == 0).all(axis=(2, 3)).sum(axis=1)
@@ -45,8 +45,8 @@ def test_train_and_val_splits_carve_the_end_of_train():
 
 
 def test_real_cifar10_split_sizes(cifar10_data_dir):
-    assert data.check_split("cifar10", "train[:-5000]", cifar10_data_dir) == 45000
-    assert data.check_split("cifar10", "test", cifar10_data_dir) == 10000
+    assert sources.check_split("cifar10", "train[:-5000]", cifar10_data_dir) == 45000
+    assert sources.check_split("cifar10", "test", cifar10_data_dir) == 10000
 
 
 def test_a_missing_split_names_the_available_ones(cifar10_data_dir, tmp_path):
@@ -59,7 +59,7 @@ def test_a_missing_split_names_the_available_ones(cifar10_data_dir, tmp_path):
     info["splits"] = [s for s in info["splits"] if s["name"] != "test"]
     (tmp_path / version / "dataset_info.json").write_text(json.dumps(info))
     with pytest.raises(ValueError, match="no split 'test'.*Available: \\['train'\\]"):
-        data.check_split("cifar10", "test", str(tmp_path))
+        sources.check_split("cifar10", "test", str(tmp_path))
 
 
 @pytest.mark.parametrize("split, reason", [
@@ -70,7 +70,7 @@ def test_a_missing_split_names_the_available_ones(cifar10_data_dir, tmp_path):
 def test_a_bad_split_is_one_line_that_names_it(cifar10_data_dir, split, reason):
     """TFDS' parse errors were two lines; an empty or reversed slice was evaluated."""
     with pytest.raises(ValueError) as error:
-        data.check_split("cifar10", split, cifar10_data_dir)
+        sources.check_split("cifar10", split, cifar10_data_dir)
     prefix = (f"Bad split {split!r} of dataset 'cifar10' (TFDS slicing, e.g. 'train[:45000]', "
               "'train[-5000:]', 'test[:10%]'): ")
     message = str(error.value)
@@ -99,14 +99,14 @@ def test_imagenet_train_crops_and_eval_geometry():
 
 def test_imagenet_scale_aspect_augmentation_keeps_size_and_range():
     image = tf.cast(tf.random.uniform((300, 400, 3), 0, 256, tf.int32), tf.uint8)
-    outs = [data.augment_imagenet(image, 96) for _ in range(5)]
+    outs = [augment.augment_imagenet(image, 96) for _ in range(5)]
     assert all(o.shape == (96, 96, 3) and o.dtype == tf.uint8 for o in outs)
     assert len({o.numpy().tobytes() for o in outs}) == 5  # random crops differ
 
 
 def test_unknown_dataset_is_rejected():
     with pytest.raises(ValueError, match="Unknown dataset 'no_such_set'.*cifar10.*TFDS.*folder"):
-        data.dataset_info("no_such_set")
+        sources.dataset_info("no_such_set")
 
 
 def test_a_failed_download_removes_only_what_it_created(monkeypatch, tmp_path):
@@ -123,11 +123,11 @@ def test_a_failed_download_removes_only_what_it_created(monkeypatch, tmp_path):
         (tmp_path / "downloads" / "extracted").mkdir()
         raise OSError("Connection reset by peer\nmore TFDS lines")
 
-    monkeypatch.setattr(data, "_probe", lambda urls, name: None)
+    monkeypatch.setattr(sources, "_probe", lambda urls, name: None)
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
-    with pytest.raises(data.DownloadFailed, match=r"^Could not download dataset 'mnist' "
+    with pytest.raises(sources.DownloadFailed, match=r"^Could not download dataset 'mnist' "
                        r"\(OSError: Connection reset by peer\)\. Without network"):
-        data.check_split("mnist", "train", str(tmp_path), download=True)
+        sources.check_split("mnist", "train", str(tmp_path), download=True)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
         "downloads", "downloads/other", "downloads/other/kept.tmp", "mnist", "mnist/1.0.0"]
 
@@ -151,7 +151,7 @@ def test_the_download_probe_asks_each_http_host_once_and_stops_at_an_unreachable
     monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     urls = ["ftp://0.example/w.gz", "https://a.example/x.gz", "https://a.example/y.gz",
             "http://b.example/z.tgz", "https://c.example/v.zip"]
-    with pytest.raises(data.DownloadFailed, match=r"\(b\.example unreachable: \[Errno 101\] "):
-        data._probe(urls, "mnist")
-    assert asked == [("HEAD", "https://a.example/x.gz", data.PROBE_TIMEOUT_S),
-                     ("HEAD", "http://b.example/z.tgz", data.PROBE_TIMEOUT_S)]
+    with pytest.raises(sources.DownloadFailed, match=r"\(b\.example unreachable: \[Errno 101\] "):
+        sources._probe(urls, "mnist")
+    assert asked == [("HEAD", "https://a.example/x.gz", sources.PROBE_TIMEOUT_S),
+                     ("HEAD", "http://b.example/z.tgz", sources.PROBE_TIMEOUT_S)]

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from keras_preact import cli, host, rundir, training
-from keras_preact.training import callbacks, trainer
+from keras_preact.training import callbacks, resume
+from keras_preact.training.net import build_and_compile
 
 TINY = {"depth": 8}
 HOLD_LOCK = """
 import sys, time
-from keras_preact.training.trainer import run_lock
+from keras_preact.training.resume import run_lock
 with run_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)
@@ -40,9 +41,9 @@ def test_a_second_trainer_on_a_live_run_dir_is_refused(tmp_path, capsys, cifar10
     finally:
         holder.kill()  # kill -9: the kernel releases the lock with the process
         holder.wait()
-    with trainer.run_lock(str(run_dir)):
+    with resume.run_lock(str(run_dir)):
         with pytest.raises(FileExistsError, match="Another trainer"):
-            with trainer.run_lock(str(run_dir)):
+            with resume.run_lock(str(run_dir)):
                 pass
 
 
@@ -78,10 +79,10 @@ def test_a_start_that_failed_before_its_first_backup_does_not_block_the_rerun(
 
 
 def _fit_with_backups(backup_dir, steps):
-    from keras_preact.training.schedule import paper_schedule
+    from keras_preact.optim import paper_schedule
 
-    model = trainer.build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
-                                      overrides=TINY)
+    model = build_and_compile("preact-20", paper_schedule(10, warmup_steps=0),
+                              overrides=TINY)
     x = np.random.default_rng(0).normal(size=(4 * steps, 32, 32, 3)).astype("float32")
     y = np.arange(4 * steps) % 10
     model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[
@@ -311,9 +312,9 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_backup(cifar10_data_di
     assert status == cli.INTERRUPTED
     assert err == "keras-preact train: interrupted; rerun the same command to resume\n"
     assert not (run_dir / "model.keras").exists()
-    with trainer.run_lock(str(run_dir)):  # released
+    with resume.run_lock(str(run_dir)):  # released
         pass
-    saved = callbacks.restore_backup(trainer.build_and_compile(
+    saved = callbacks.restore_backup(build_and_compile(
         "preact-20", training.paper_schedule(100000), overrides=TINY), str(run_dir / "backup"))
     assert saved >= 5
     # The session is on record with the steps it made, though no epoch ended ([0, 0] before).

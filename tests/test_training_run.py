@@ -280,7 +280,7 @@ def test_full_preact_nets_train_scanned_by_default_and_export(tmp_path, cifar10_
     assert int(model.optimizer.iterations.numpy()) == 6
     assert json.load(open(os.path.join(run_dir, "config.json")))["stages"] == "scan"
     assert_loads_with_keras_alone(run_dir, model, tmp_path)
-    version = export.export_saved_model(run_dir, str(tmp_path / "serving"))
+    version = export.export_model(run_dir, str(tmp_path / "serving"))
     images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
     served = tf.saved_model.load(version).signatures["serving_default"](images=images)
     expected = model(preprocessing.preprocess_input(images), training=False)
@@ -293,7 +293,7 @@ def test_full_preact_nets_train_scanned_by_default_and_export(tmp_path, cifar10_
 
 def test_auto_stages_scan_full_preact_nets_and_keep_a_resumed_runs_form(tmp_path):
     from keras_preact import resolve
-    from keras_preact.training.trainer import resolve_stages
+    from keras_preact.training.resume import resolve_stages
 
     out = str(tmp_path)
     assert resolve_stages("auto", resolve("preact-1001"), out) == "scan"

@@ -22,7 +22,7 @@ import keras_preact
 from keras_preact import cli, pretrained, rundir
 
 cli.import_tensorflow()  # as `keras-preact` loads it: oneDNN on, no start-up log lines
-from keras_preact.training import data, evaluate  # noqa: E402  (imports TensorFlow)
+from keras_preact.training import data, evaluate, sources  # noqa: E402  (imports TensorFlow)
 
 
 def main() -> None:
@@ -41,13 +41,13 @@ def main() -> None:
     if not machines:
         raise SystemExit(f"{args.run_dir} has no {rundir.SESSIONS}: it was trained before "
                          "keras-preact recorded its sessions, so its time and machine are unknown.")
-    # RUN_DIR/model.keras is the plain layer graph whatever form trained (trainer.shareable).
+    # RUN_DIR/model.keras is the plain layer graph whatever form trained (training.net.shareable).
     model = keras_preact.load_model(args.run_dir, compile=False)
     file = f"{config['model']}-{args.tag}.weights.h5"
     path = os.path.join(pretrained.PACKAGE_DIR, file)
     os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
     model.save_weights(path)
-    test_split = data.dataset_info(config["dataset"]).eval_split
+    test_split = sources.dataset_info(config["dataset"]).eval_split
     _, val_split = data.train_val_splits(config["val_examples"])
     accuracy = {split: round(evaluate(model, dataset=config["dataset"], split=split,
                                       data_dir=args.data_dir, download=False)["accuracy"], 4)

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
-from keras_preact.training.data import DATASET_HELP, dataset_info
+from keras_preact.training.sources import DATASET_HELP, dataset_info
 
 
 def add_parser(subparsers) -> None:

@@ -1,13 +1,14 @@
 """`keras-preact export RUN_DIR|MODEL.keras|NAME [--weights TAG] --base DIR`: a TF Serving
 SavedModel version; `--format onnx|litert|openvino -o PATH`: one file for that runtime
-(`keras_preact.deploy`)."""
+(`keras_preact.export.export_model`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from keras_preact import deploy, files
+from keras_preact import files
 from keras_preact.cli import add_model_arguments, model_from_args
+from keras_preact.export import EXPORT_FORMATS, runtimes
 
 
 def add_parser(subparsers) -> None:
@@ -17,7 +18,7 @@ def add_parser(subparsers) -> None:
     )
     add_model_arguments(p)
     p.add_argument(
-        "--format", default="saved_model", choices=deploy.EXPORT_FORMATS,
+        "--format", default="saved_model", choices=EXPORT_FORMATS,
         help="saved_model (default: a TF Serving version, --base) or one ONNX Runtime, LiteRT "
         "or OpenVINO file (-o): uint8 images in, preprocessing inside, probabilities out",
     )
@@ -54,14 +55,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "saved_model":
         files.check_directory(args.base)
     else:
-        deploy.check_target(args.output, args.format)
+        runtimes.check_target(args.output, args.format)
     import_tensorflow(args.verbose)
-    from keras_preact.export import export_model, export_saved_model
+    from keras_preact.export import export_model
 
-    if args.format != "saved_model":
-        print(export_model(model_from_args(args), args.output, format=args.format))
-        return 0
-    path = export_saved_model(model_from_args(args), args.base, name=args.name,
-                              version=args.version)
-    print(path)
+    print(export_model(model_from_args(args), args.base or args.output, args.format,
+                       name=args.name, version=args.version))
     return 0

@@ -11,7 +11,7 @@ import sys
 
 from keras_preact import rundir
 from keras_preact.cli import import_tensorflow
-from keras_preact.training import data
+from keras_preact.training import sources
 from keras_preact.training.config import TrainConfig, add_arguments, parse_overrides
 
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
     # prepared or its hosts answer is checked by `train` after the model and flags, so a
     # wrong model name is named first, offline too.
-    data.dataset_info(config.dataset, config.data_dir)
+    sources.dataset_info(config.dataset, config.data_dir)
     import_tensorflow(args.verbose)
     from keras_preact import training
 

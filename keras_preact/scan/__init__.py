@@ -4,7 +4,7 @@ Build them with `keras_preact.build(name, stages="scan")`: each stage's units 2.
 `ScannedUnits` layer (`keras_preact.scanned_units`), a graph that no longer grows with depth,
 with the plain layer graph's math and parameter count. Convert a trained model either way with
 `to_scanned` / `to_layered` (the plain graph is the one to inspect: its `Add` layers show the
-identity path); `load_scanned` reads a plain `.keras` file straight into the scanned form.
+identity path); `keras_preact.weights` loads a file of either form into either.
 What the loop gains and costs is measured in benchmarks/README.md.
 
 Example:
@@ -17,7 +17,6 @@ True
 """
 
 from keras_preact.scan.convert import copy_weights, to_layered, to_scanned
-from keras_preact.scan.files import holds_scanned_weights, load_scanned
 from keras_preact.scanned_units import (
     ScannedUnits,
     check_scannable,
@@ -28,6 +27,5 @@ from keras_preact.scanned_units import (
 )
 from keras_preact.specs import STAGES
 
-__all__ = ["STAGES", "ScannedUnits", "check_scannable", "copy_weights", "holds_scanned_weights",
-           "is_scanned", "load_scanned", "scannable", "scanned_units", "set_options",
-           "to_layered", "to_scanned"]
+__all__ = ["STAGES", "ScannedUnits", "check_scannable", "copy_weights", "is_scanned",
+           "scannable", "scanned_units", "set_options", "to_layered", "to_scanned"]

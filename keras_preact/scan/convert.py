@@ -17,8 +17,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_preact.builder import build_from_spec
-from keras_preact.introspect import model_facts, stage_of, unit_prefix
+from keras_preact.introspect import stage_of, unit_prefix
+from keras_preact.network import ResNet, build_from_spec
 from keras_preact.scanned_units import ScannedUnits, is_scanned, scanned_layers, set_options
 
 
@@ -52,27 +52,16 @@ def to_layered(model: keras.Model) -> keras.Model:
     return _convert(model, "layers")
 
 
-def build_under(spec, name: str, stages: str, dtype_policy) -> keras.Model:
-    """`build_from_spec` under `dtype_policy` (that of the net converted or loaded)."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype_policy)
-    try:
-        return build_from_spec(spec, name=name, stages=stages)
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
 def _convert(model: keras.Model, stages: str) -> keras.Model:
     """Rebuilds `model`'s network in form `stages` under its dtype policy and copies every
     weight across; a model that is not exactly that network raises ValueError."""
-    spec = model_facts(model).spec
-    if spec is None:
+    if not isinstance(model, ResNet):
         raise ValueError(f"Model {model.name!r} is not a network built by keras_preact.build. "
                          f"Received layers: {[layer.name for layer in model.layers][:5]}...")
     # The full pre-activation net of the model's stages and head: copy_weights names the
     # layers of any other design or shortcut that differ from it.
-    spec = dataclasses.replace(spec, unit="full-preact", shortcut="identity")
-    target = build_under(spec, model.name, stages, model.get_layer("stem_conv").dtype_policy)
+    spec = dataclasses.replace(model.spec, unit="full-preact", shortcut="identity")
+    target = build_from_spec(spec, model.name, stages=stages, dtype=model.dtype_policy)
     copy_weights(model, target)
     return target
 

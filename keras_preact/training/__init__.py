@@ -16,14 +16,14 @@ from keras_preact.training.config import TrainConfig
 # What needs Keras (hence TensorFlow) loads on first use (PEP 562), so that
 # `keras-preact train --help` reads TrainConfig at once.
 _LAZY = {
-    "PaperSchedule": "schedule",
-    "paper_schedule": "schedule",
-    "SGDWithL2": "optimizer",
-    "TrainingDiverged": "trainer",
-    "TrainingStopped": "trainer",
-    "WorkerLost": "trainer",
-    "evaluate": "trainer",
-    "train": "trainer",
+    "PaperSchedule": "keras_preact.optim",
+    "paper_schedule": "keras_preact.optim",
+    "SGDWithL2": "keras_preact.optim",
+    "TrainingDiverged": "keras_preact.training.trainer",
+    "TrainingStopped": "keras_preact.training.trainer",
+    "WorkerLost": "keras_preact.training.trainer",
+    "evaluate": "keras_preact.training.evaluation",
+    "train": "keras_preact.training.trainer",
 }
 
 __all__ = ["TrainConfig", *_LAZY]
@@ -32,7 +32,7 @@ __all__ = ["TrainConfig", *_LAZY]
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'keras_preact.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"keras_preact.training.{_LAZY[name]}"), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
 

@@ -13,8 +13,8 @@ import typing
 from collections.abc import Sequence
 
 from keras_preact import specs
-from keras_preact.training.data import DATASET_HELP
 from keras_preact.training.distribute import STRATEGIES
+from keras_preact.training.sources import DATASET_HELP
 
 # The Keras dtype policy of each `mixed_precision` choice.
 MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}

@@ -1,41 +1,32 @@
-"""`train` and `evaluate`: the paper's recipe (`TrainConfig`) on `model.fit`, resumable,
+"""`train`: the paper's recipe (`TrainConfig`) on `model.fit`, resumable,
 through tf.distribute, into a run directory (`keras_preact.rundir`).
 
 `model.keras` is written only when training finished: the trained network as plain Keras
-layers, which `keras.saving.load_model` loads without keras_preact (see `shareable`).
+layers, which `keras.saving.load_model` loads without keras_preact (`net.shareable`).
+Beside it: `net` (the network it fits), `resume` (run lock, resume policy), `evaluation`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import json
 import math
 import os
 import platform
 import shutil
 import tempfile
-import warnings
 from collections.abc import Sequence
 
-from keras_preact import host, labels, rundir
+from keras_preact import host, labels, pretrained, rundir, weights
+from keras_preact.datasets import DatasetInfo
 from keras_preact.files import atomic_path
-from keras_preact.introspect import family_of, outputs_logits, preprocessing_of
+from keras_preact.optim import paper_schedule
+from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
-from keras_preact.training import data, distribute
-from keras_preact.training.config import (
-    DIVERGED_MAY_CHANGE,
-    FREEZE,
-    MIXED_PRECISION,
-    RESUME_KEYS,
-    STAGES,
-    TrainConfig,
-    check_choice,
-    check_positive,
-)
-from keras_preact.training.optimizer import SGDWithL2
-from keras_preact.training.schedule import paper_schedule
+from keras_preact.training import data, distribute, sources
+from keras_preact.training.config import TrainConfig
+from keras_preact.training.net import build_and_compile, check_recompute, shareable
+from keras_preact.training.resume import resolve_stages, resume_config, run_lock
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
@@ -102,9 +93,6 @@ def train(
     >>> int(m.optimizer.iterations)  # doctest: +SKIP
     20
     """
-    import keras_preact
-    from keras_preact import pretrained
-
     # --- Everything checkable without TensorFlow, before any work. ---
     images = fields.get("dataset")
     if isinstance(images, str):
@@ -114,20 +102,19 @@ def train(
     config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
     info = _dataset_info(config, images, class_names)
     overrides = config.overrides
-    spec = keras_preact.resolve(model, **overrides)
+    spec = resolve(model, **overrides)
     if info.family is not None and spec.family != info.family:
         raise ValueError(f"Model {model!r} is a {spec.family} network; dataset "
                          f"{config.dataset!r} needs a {info.family} one. "
                          f"Received: model={model!r}, dataset={config.dataset!r}")
     if spec.classes != info.classes and "classes" not in overrides:
         overrides = {**overrides, "classes": info.classes}
-        spec = keras_preact.resolve(model, **overrides)
+        spec = resolve(model, **overrides)
     if spec.classes != info.classes:
         raise ValueError(f"{config.dataset!r} has {info.classes} classes. "
                          f"Received: classes={spec.classes}")
     _check_input_size(spec, spec.family)
-    start = None if config.weights is None else pretrained.start_from(model, spec,
-                                                                       config.weights)
+    start = None if config.weights is None else weights.start_from(model, spec, config.weights)
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
                               "Choose another --output.")
@@ -137,7 +124,7 @@ def train(
         seed=0 if config.deterministic and config.seed is None else config.seed,
         warmup_steps=default_warmup_steps(config.steps, spec.family) if warmup_steps is None
         else warmup_steps)
-    _check_recompute(model, config.stages, config.recompute)
+    check_recompute(model, config.stages, config.recompute)
     if os.path.exists(os.path.join(output, rundir.MODEL)):
         raise FileExistsError(f"{output!r} already holds a finished run ({rundir.MODEL}). "
                               "Choose another --output.")
@@ -151,13 +138,13 @@ def train(
                          f"{strat.num_replicas_in_sync} replicas. "
                          f"Received: batch_size={config.batch_size}")
     if config.strategy != "tpu" and not distribute.gpu_count():
-        _warn_slow_cpu_settings(config.mixed_precision)
+        host.warn_slow_cpu_settings(config.mixed_precision)
     source = images if images is not None else config.dataset
     base = data.train_base(source)
     if images is not None:
         examples = data.count_examples(images)
     else:
-        examples = data.check_split(config.dataset, base, config.data_dir, download)
+        examples = sources.check_split(config.dataset, base, config.data_dir, download)
         info = _dataset_info(config, images, class_names)  # a TFDS dataset's splits, prepared
     if config.val_examples is None:
         config = dataclasses.replace(config, val_examples=data.default_val_examples(
@@ -172,7 +159,7 @@ def train(
     # Without validation, each epoch end is scored on the dataset's held-out split (if any).
     held_out = val_split or (info.eval_split if base == "train" else None)
     if held_out and images is None:
-        data.check_split(config.dataset, held_out, config.data_dir)
+        sources.check_split(config.dataset, held_out, config.data_dir)
     config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or max(1, (
         examples - config.val_examples) // config.batch_size))
     saved = {"model": model, **dataclasses.asdict(config), "family": spec.family,
@@ -187,7 +174,7 @@ def train(
     # chief holds the run dir's lock while it trains (workers of one run share the dir).
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
     with run_lock(output) if chief else contextlib.nullcontext():
-        saved = _resume_config(output, saved)
+        saved = resume_config(output, saved)
         rundir.write_config(run_dir, saved)
         try:
             return _fit(spec, model, config, strat, run_dir, output, chief, source,
@@ -200,23 +187,6 @@ def train(
                 shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _warn_slow_cpu_settings(mixed_precision: str) -> None:
-    """One warning for each setting that makes a CPU-only run far slower than it need be
-    (figures in benchmarks/README.md, "Precision" and "oneDNN on AVX2-only CPUs")."""
-    if host.onednn_off():
-        warnings.warn(f"TensorFlow runs without its oneDNN kernels on this CPU, several times "
-                      f"slower: set {host.ONEDNN}=1 before TensorFlow is imported (the "
-                      f"keras-preact CLI does).", stacklevel=3)
-    if mixed_precision == "float16":
-        warnings.warn("float16 has no fast kernels on CPUs and runs far slower than float32: "
-                      "use --mixed-precision bfloat16 (CPUs with AMX or AVX512-BF16) or off.",
-                      stacklevel=3)
-    if mixed_precision == "bfloat16" and host.cpu_has_bfloat16() is False:
-        warnings.warn("this CPU has no bfloat16 instructions (AVX512-BF16 or AMX), so bfloat16 "
-                      "runs far slower than float32 here: use --mixed-precision off.",
-                      stacklevel=3)
-
-
 def default_warmup_steps(steps: int, family: str) -> int:
     """The paper's warm-up share of a CIFAR run (400 of 64,000 iterations); none on ImageNet.
 
@@ -227,64 +197,10 @@ def default_warmup_steps(steps: int, family: str) -> int:
     return round(steps * CIFAR_WARMUP_SHARE) if family == "cifar" else 0
 
 
-def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *,
-                      steps_per_execution: int = 1, **fields):
-    """The network `train` fits, compiled as `train` compiles it (call in a strategy scope):
-    `config` (a `TrainConfig`, or its fields as keywords) gives the overrides, the form
-    (`stages`, `recompute`), the optimizer's settings, `mixed_precision`, `jit_compile`, and
-    `seed`, which (when set) fixes the initial weights (`keras.utils.set_random_seed`).
-
-    `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
-    stage's identical units as one loop (`keras_preact.scan`: much faster start-up and
-    steps for deep full pre-activation nets), `recompute` trades compute for activation
-    memory there. benchmarks/train_speed.py measures exactly this function.
-
-    Example:
-    >>> net = build_and_compile("preact-20", paper_schedule(100, warmup_steps=0),
-    ...                         overrides={"depth": 8})
-    >>> type(net.optimizer).__name__
-    'SGDWithL2'
-    """
-    import keras
-
-    import keras_preact
-    from keras_preact import scan
-
-    config = dataclasses.replace(config or TrainConfig(), **fields)
-    stages = resolve_stages(config.stages, keras_preact.resolve(model, **config.overrides))
-    _check_recompute(model, stages, config.recompute)
-    if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)
-    previous_policy = keras.config.dtype_policy()
-    if MIXED_PRECISION[config.mixed_precision]:
-        keras.config.set_dtype_policy(MIXED_PRECISION[config.mixed_precision])
-    try:
-        net = keras_preact.build(model, stages=stages, **config.overrides)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-    # In mixed precision, keeping each BN + ReLU output for the backward pass is faster than
-    # recomputing it, in memory that the lower precision saved; in float32 it would cost
-    # memory for no measurable speed (benchmarks/README.md, "Precision").
-    scan.set_options(net, recompute=config.recompute,
-                     recompute_bn=not MIXED_PRECISION[config.mixed_precision])
-    freeze(net, config.freeze)
-    net.compile(
-        optimizer=SGDWithL2(schedule, momentum=config.momentum, nesterov=config.nesterov,
-                            l2=config.weight_decay),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(net)),
-        metrics=["accuracy"],
-        jit_compile=config.jit_compile,
-        steps_per_execution=steps_per_execution,
-    )
-    return net
-
-
 def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_split,
          val_split, held_out, start, verbose):
     import keras
     import tensorflow as tf
-
-    from keras_preact import pretrained
 
     if config.deterministic:  # process-wide: TensorFlow has no public way back
         tf.config.experimental.enable_op_determinism()
@@ -307,7 +223,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
         if start is not None:
-            loaded, initialized = pretrained.load_start(net, spec, start)
+            loaded, initialized = weights.load_start(net, start)
             if verbose:
                 print(f"keras-preact: weights {start.weights!r}: loaded {len(loaded)} layers"
                       + (f", initialized {', '.join(initialized)} ({spec.classes} classes, "
@@ -368,21 +284,6 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     return net
 
 
-def freeze(model, what: str) -> None:
-    """Keeps layers of `model` fixed (`TrainConfig.freeze`): "bn", its BatchNormalization
-    layers (Keras then runs them in inference mode: their statistics stay too); "backbone",
-    every layer but the classifier; "none", nothing. Plain layer graphs only (`_stages`)."""
-    import keras
-
-    from keras_preact.builder import CLASSIFIER
-
-    check_choice("freeze", what, FREEZE)
-    for layer in model.layers:
-        if what == "backbone" and layer.name != CLASSIFIER or (
-                what == "bn" and isinstance(layer, keras.layers.BatchNormalization)):
-            layer.trainable = False
-
-
 def _stages(config: TrainConfig, spec, output: str) -> str:
     """The form to train in (`resolve_stages`); frozen layers need the plain layer graph (a
     scanned stage is one layer)."""
@@ -393,19 +294,19 @@ def _stages(config: TrainConfig, spec, output: str) -> str:
     return resolve_stages(stages, spec, output)
 
 
-def _dataset_info(config: TrainConfig, images, class_names) -> data.DatasetInfo:
-    """`config.dataset`'s `data.DatasetInfo`, or one for the caller's tf.data.Dataset
+def _dataset_info(config: TrainConfig, images, class_names) -> DatasetInfo:
+    """`config.dataset`'s `DatasetInfo`, or one for the caller's tf.data.Dataset
     `images` with `class_names`, which go only with such images."""
     if images is None:
         if class_names is not None:
             raise ValueError(f"`class_names` go with a tf.data.Dataset: {config.dataset!r} "
                              "names its own classes.")
-        return data.dataset_info(config.dataset, config.data_dir)
+        return sources.dataset_info(config.dataset, config.data_dir)
     if class_names is None:
         raise ValueError("A tf.data.Dataset of (image, label) needs `class_names` (one per "
                          "label, in label order).")
     names = labels.check_names(class_names, len(labels.as_list(class_names)))
-    return data.DatasetInfo(None, len(names), None, names)
+    return DatasetInfo(None, len(names), None, names)
 
 
 def _machine(strat) -> str:
@@ -414,101 +315,6 @@ def _machine(strat) -> str:
     workers = distribute.cluster_workers()
     return (f"{host.describe()}{f', {gpus} GPU' if gpus else ''}; {type(strat).__name__}, "
             f"replicas: {strat.num_replicas_in_sync}{f', workers: {workers}' if workers else ''}")
-
-
-def shareable(model):
-    """The trained network as a file anyone can load: plain Keras layers (the layer graph of
-    a scanned model), without the optimizer, so `keras.saving.load_model` needs neither
-    keras_preact nor `safe_mode=False`. The recipe that trained it is in config.json."""
-    import keras
-
-    from keras_preact import scan
-
-    if scan.is_scanned(model):
-        return scan.to_layered(model)
-    twin = keras.Model.from_config(model.get_config())  # the same graph, uncompiled
-    twin.set_weights(model.get_weights())
-    return twin
-
-
-def _check_recompute(model: str, stages: str, recompute: bool) -> None:
-    if recompute and stages != "scan":
-        raise ValueError(f"`recompute` needs stages='scan' (full pre-activation nets). "
-                         f"Received: model={model!r}, stages={stages!r}, recompute=True")
-
-
-def _saved_config(output: str) -> dict:
-    """The config.json of an earlier run in `output`, or {}."""
-    if not os.path.exists(os.path.join(output, rundir.CONFIG)):
-        return {}
-    try:
-        return rundir.read_config(output)
-    except ValueError as error:
-        raise ValueError(f"{error} Move it away to start over, or choose another --output.") \
-            from None
-
-
-def resolve_stages(stages: str, spec, output: str | None = None) -> str:
-    """The form `train` builds: `"auto"` is the form of an earlier run in `output` (so it
-    resumes), else "scan" for the nets it runs (a much faster start and less memory;
-    benchmarks/README.md), else "layers"."""
-    from keras_preact import scan
-
-    check_choice("stages", stages, STAGES)
-    if stages == "auto":
-        return (output and _saved_config(output).get("stages")) or (
-            "scan" if scan.scannable(spec) else "layers")
-    if stages == "scan":
-        scan.check_scannable(spec)
-    return stages
-
-
-def _resume_config(output: str, config: dict) -> dict:
-    """The config a run in `output` continues with: `config`, checked against the run it
-    resumes. Only a run with a backup has something to resume (a start that failed before
-    its first backup is simply replaced); it resumes with the same recipe (`RESUME_KEYS`),
-    except that a diverged run may change `DIVERGED_MAY_CHANGE`, recorded under "changes"."""
-    before = _saved_config(output)
-    if not before or not os.path.exists(os.path.join(output, rundir.BACKUP,
-                                                     rundir.BACKUP_FILE)):
-        return config
-    changed = {k: (before.get(k), config[k]) for k in RESUME_KEYS
-               if json.loads(json.dumps(before.get(k))) != json.loads(json.dumps(config[k]))}
-    allowed = DIVERGED_MAY_CHANGE if "diverged_at_step" in before else ()
-    refused = {k: v for k, v in changed.items() if k not in allowed}
-    if refused:
-        hint = (f" After a divergence only {', '.join(DIVERGED_MAY_CHANGE)} may change."
-                if allowed else "")
-        raise ValueError(
-            f"{output!r} holds a run with other settings; use another --output or the same "
-            f"flags to resume.{hint} Received (before -> now): "
-            + ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
-        )
-    changes = list(before.get("changes", []))
-    if changed:
-        changes.append({"at_step": before["diverged_at_step"],
-                        **{k: list(v) for k, v in changed.items()}})
-    return {**config, "changes": changes} if changes else config
-
-
-@contextlib.contextmanager
-def run_lock(output: str):
-    """Holds an exclusive lock on run dir `output` (created if needed) while training.
-
-    A second trainer on a live run dir is refused at once. The lock is the kernel's
-    (`flock` on the directory), so a killed trainer never leaves it stuck.
-    """
-    os.makedirs(output, exist_ok=True)
-    fd = os.open(output, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FileExistsError(f"Another trainer is running in {output!r}; wait for it, or "
-                                  "choose another --output.") from None
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _check_input_size(spec, family: str) -> None:
@@ -538,54 +344,3 @@ def _versions() -> dict:
             "python": platform.python_version()}
 
 
-def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
-             data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
-    """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split or an
-    image folder (`dataset`, as `train` takes it).
-
-    `split` defaults to the dataset's labelled held-out split (`test` for CIFAR,
-    `validation` for imagenet2012, whose `test` split has no labels; a folder's `all`).
-    A run that recorded its class names (trained on a folder or another TFDS dataset) is
-    evaluated only on a dataset with the same names in the same order.
-
-    Uses the shared eval geometry (`preprocessing.resize_for_eval`) and normalization.
-
-    Example:
-    >>> evaluate("runs/preact-110", split="test")  # doctest: +SKIP
-    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000, 'split': 'test'}
-    """
-    import keras
-
-    from keras_preact.api import load_for_inference
-
-    info = data.dataset_info(dataset, data_dir)
-    check_positive(batch_size=batch_size)
-    # A wrong path or a model that does not fit fails before the data is touched (downloaded).
-    model = load_for_inference(model_or_path)
-    family = family_of(model)
-    if info.family not in (None, family) or model.output_shape[-1] != info.classes:
-        raise ValueError(f"Dataset {dataset!r} needs a {info.family or 'cifar or imagenet'} "
-                         f"model with {info.classes} outputs. Received: a {family} model with "
-                         f"{model.output_shape[-1]} outputs.")
-    trained_on = labels.recorded_names(model_or_path)
-    if trained_on is not None and trained_on != info.class_names:
-        raise ValueError(f"The model was trained on classes {list(trained_on)}; dataset "
-                         f"{dataset!r} has {list(info.class_names)} (same names, same order "
-                         "needed).")
-    split = info.eval_split if split is None else split  # '' is a bad split, not the default
-    if split is None:  # a TFDS dataset's splits are known once it is prepared
-        data.check_split(dataset, data.train_base(dataset), data_dir, download)
-        split = data.dataset_info(dataset, data_dir).eval_split
-    if split is None:
-        raise ValueError(f"Dataset {dataset!r} has no test or validation split: pass --split.")
-    examples = data.check_split(dataset, split, data_dir, download)
-    size = model.input_shape[1] if family == "imagenet" else None
-    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size,
-                           preprocessing=preprocessing_of(model))
-    # A twin on the same layers is compiled, so that the caller's model keeps its own.
-    twin = keras.Model(model.inputs, model.outputs)
-    twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=outputs_logits(model)), metrics=["accuracy"], jit_compile=False)
-    result = twin.evaluate(ds, verbose=0, return_dict=True)
-    return {"accuracy": result["accuracy"], "error": 100.0 * (1.0 - result["accuracy"]),
-            "loss": result["loss"], "examples": examples, "split": split}

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_preact.serving.signatures import EXAMPLE_FEATURE
+from keras_preact.export.signatures import EXAMPLE_FEATURE
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 

@@ -4,11 +4,11 @@ Every artifact holds the whole inference path, so the other side writes no prepr
 
 - input `images`: uint8 RGB `[batch, side, side, 3]` at the model's input size, batch dynamic;
 - inside the graph: `keras_preact.preprocessing.preprocess_input` with the model's statistics
-  (`keras_preact.introspect.preprocessing_of`: a `-timm` net takes timm's), the
+  (`keras_preact.weights.preprocessing_of`: a `-timm` net takes timm's), the
   model in inference mode (BatchNorm with its moving statistics), softmax on a logits head;
 - output `probabilities`: float32 `[batch, classes]`: softmax, or a sigmoid head's
   independent per-class probabilities as they are (the SavedModel's rule,
-  `keras_preact.serving.signatures.classifier_probabilities`; feature extractors and
+  `keras_preact.export.signatures.classifier_probabilities`; feature extractors and
   multi-output models are refused);
 - class names (`keras_preact.labels.class_names`): ONNX `metadata_props["labels"]` and
   OpenVINO rt_info `keras_preact/labels` (JSON lists), LiteRT a `NAME.labels.txt` file beside
@@ -50,7 +50,8 @@ from keras_preact import files
 
 # Format -> file suffix the runtimes (and Keras' exporters) expect.
 FORMATS = {"onnx": ".onnx", "litert": ".tflite", "openvino": ".xml"}
-# Every format keras_preact exports: TF Serving's SavedModel (`keras_preact.export`) first.
+# Every format keras_preact exports (`keras_preact.export.export_model`): TF Serving's
+# SavedModel (`saved_model`) first.
 EXPORT_FORMATS = ("saved_model", *FORMATS)
 INPUT_NAME = "images"
 OUTPUT_NAME = "probabilities"
@@ -108,13 +109,11 @@ def inference_function(model):
         convert_variables_to_constants_v2,
     )
 
-    from keras_preact import scan
-    from keras_preact.introspect import preprocessing_of
+    from keras_preact.export.signatures import classifier_probabilities, model_side
     from keras_preact.preprocessing import preprocess_input
-    from keras_preact.serving.signatures import classifier_probabilities, model_side
+    from keras_preact.weights import in_form, preprocessing_of
 
-    if scan.is_scanned(model):
-        model = scan.to_layered(model)
+    model = in_form(model, "layers")
     # The SavedModel's rule: what the output holds decides the softmax; non-classifiers fail.
     probabilities = classifier_probabilities(model)
     side, stats = model_side(model), preprocessing_of(model).stats
@@ -179,7 +178,7 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
 
     Args:
         model_or_path: a `keras.Model`, a `.keras` file or a trainer run dir: a classifier
-            with one output, as `keras_preact.export.export_saved_model` takes.
+            with one output, as `keras_preact.export.saved_model.export_saved_model` takes.
         path: the model file: `*.onnx`, `*.tflite` (plus `*.labels.txt` beside it) or `*.xml`
             (plus `*.bin`). Existing files are never overwritten (FileExistsError), nor is a
             path another export is writing (FileExistsError at once). The files appear all
@@ -196,9 +195,9 @@ def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
     >>> export(keras_preact.build("preact-20", depth=8), out, format="onnx") == out
     True
     """
-    from keras_preact.export import load_for_export
-    from keras_preact.introspect import preprocessing_of
+    from keras_preact.export.loading import load_for_export
     from keras_preact.labels import class_names
+    from keras_preact.weights import preprocessing_of
 
     path = os.fspath(path)
     check_target(path, format)
