@@ -12,6 +12,7 @@ import fcntl
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 # `new_files` writes NAME as PARTIAL_PREFIX + NAME beside it, and locks LOCK_PREFIX + NAME +
@@ -151,6 +152,29 @@ def _lock(path: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _noting_interrupts() -> Iterator[list[int]]:
+    """Yields a list that gets SIGINT if Ctrl-C comes during the block, as well as the usual
+    KeyboardInterrupt: a converter may swallow that one (tf2onnx has bare `except:`), and the
+    interrupt must still cancel the files. Only in the main thread, where Python runs signal
+    handlers, and only when SIGINT is handled (not ignored)."""
+    noted: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield noted
+        return
+
+    def note(signum, frame):
+        noted.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
 def new_files(paths: Sequence[str]) -> Iterator[list[str]]:
     """Creates `paths` (a file and its companions, e.g. OpenVINO's `.xml` and `.bin`) all
     together or not at all, never replacing one: yields the temporary path to write each to.
@@ -184,7 +208,10 @@ def new_files(paths: Sequence[str]) -> Iterator[list[str]]:
                 if os.path.lexists(tmp):
                     os.unlink(tmp)
             try:
-                yield temps
+                with _noting_interrupts() as interrupts:
+                    yield temps
+                if interrupts:  # Ctrl-C came, though the writer's code swallowed it
+                    raise KeyboardInterrupt
                 # SIGINT/SIGTERM wait until all are in place (a SIGKILL cannot be held).
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK,
                                                  {signal.SIGINT, signal.SIGTERM})
