@@ -45,14 +45,28 @@ def test_readme_table_is_what_list_prints(capsys):
     assert capsys.readouterr().out in README
 
 
+def _card(record) -> str:
+    """The README's model card of `record`, up to the next heading."""
+    heading = f"### {record.model}, `weights=\"{record.tag}\"`\n"
+    return re.split(r"\n##+ ", README.split(heading)[1])[0]
+
+
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_each_tag_has_a_model_card_with_its_curves(record):
-    heading = f"### {record.model}, `weights=\"{record.tag}\"`\n"
-    card = re.split(r"\n##+ ", README.split(heading)[1])[0]
+    card = _card(record)
     figure = f"docs/figures/{record.model}-{record.tag}.png"
     assert (ROOT / figure).is_file() and f"({figure})" in card
     assert f"**{100 * record.test_accuracy:.2f} %** on the official test split" in card
     assert PAPER_RESULTS[record.compare_with].split()[0] in card  # the paper's figure beside it
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_the_card_lists_every_full_run_made_for_the_tag(record):
+    card = " ".join(_card(record).split())  # the card may wrap a run's line
+    assert record.runs and all(f"- {run}" in card for run in record.runs)
+    last = record.runs[-1]
+    assert last.endswith("(this file)") and f"{100 * record.test_accuracy:.2f} %" in last
+    assert f"{record.iterations // 1000}k iterations" in last and record.precision in last
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)

@@ -10,12 +10,14 @@ dataset's official test split (and on the run's validation slice, if it held one
 prints the
 `pretrained.register(...)` call to paste at the bottom of keras_preact/pretrained.py. The
 figures come from the run's own files (config.json; sessions.json for the wall time, summed
-over every session, and the machines) and this evaluation, never typed by hand.
+over every session, the machines and the date) and this evaluation, never typed by hand. Its
+`runs` are the tag's earlier runs (from the record it replaces, if any) and this one.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 
 import keras_preact
@@ -53,6 +55,16 @@ def main() -> None:
                                       data_dir=args.data_dir, download=False)["accuracy"], 4)
                 for split in (test_split, val_split) if split}
     precision = "float32" if config["mixed_precision"] == "off" else config["mixed_precision"]
+    last = rundir.read_sessions(args.run_dir)[-1]
+    ended = (datetime.datetime.fromisoformat(last["started"])
+             + datetime.timedelta(seconds=last["seconds"])).date().isoformat()
+    train_split, _ = data.train_val_splits(config["val_examples"])
+    reached = f"{100 * accuracy[test_split]:.2f} % on the {test_split} split" + (
+        f", {100 * accuracy[val_split]:.2f} % on {val_split}" if val_split else "")
+    runs = tuple(r.replace("(this file)", f"replaced on {ended}") for r in getattr(
+        pretrained.released(config["model"]).get(args.tag), "runs", ())) + (
+        f"{ended}: {precision}, {config['steps'] // 1000}k iterations on {train_split}: "
+        f"{reached}; published (this file)",)
     record = pretrained.WeightsRecord(
         model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
         sha256=pretrained.sha256_of(path), test_accuracy=accuracy[test_split],
@@ -60,7 +72,7 @@ def main() -> None:
         val_split=val_split, command=args.command,
         iterations=config["steps"], precision=precision, wall_time_h=round(hours, 2),
         machine="; ".join(machines), keras_preact_version=config["versions"]["keras_preact"],
-        note=args.note)
+        note=args.note, runs=runs)
     print(f"register({record!r})")
 
 
