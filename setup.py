@@ -49,9 +49,12 @@ setup(
     extras_require={
         # nbclient/nbformat/ipykernel execute the notebooks inside the test suite; ruff is the
         # linter CI runs first (rules in pyproject.toml); wheel lets a venv's own setuptools
-        # (65.x on Python 3.11) build the wheel tests/test_released.py inspects, offline.
-        "test": ["pytest>=7", "nbclient>=0.9", "nbformat>=5.9", "ipykernel>=6", "ruff>=0.6",
-                 "wheel>=0.38"],
+        # (65.x on Python 3.11) build the wheel tests/test_released.py inspects, offline;
+        # pytest-xdist (pytest's own plugin) runs two test files at once: much of the suite is
+        # one Python thread (building, tracing, subprocesses starting TensorFlow), so two
+        # workers keep CI's two cores busy (README, "Tests").
+        "test": ["pytest>=7", "pytest-xdist>=3", "nbclient>=0.9", "nbformat>=5.9",
+                 "ipykernel>=6", "ruff>=0.6", "wheel>=0.38"],
         # tests/test_convert.py: timm's own ResNetV2 modules (random weights) are what the
         # converted models are checked against; timm >= 1.0.12 has resnetv2_18/34 and their
         # ImageNet tags. Install the CPU build of torch first (`pip install torch==2.13.0 ...`

@@ -1,6 +1,7 @@
 """Shared pytest fixtures."""
 
 import pathlib
+import signal
 
 import pytest
 
@@ -9,6 +10,14 @@ from keras_preact import host
 # Before any test imports TensorFlow: the suite runs it as the CLI does (tests compare the
 # two), with oneDNN on wherever keras_preact.host turns it on.
 host.use_onednn()
+
+
+def pytest_configure(config):
+    """A suite started in the background (`pytest ... &` in a script, or a CI runner doing so)
+    inherits SIGINT ignored, and so would every process a test starts: the Ctrl-C tests need
+    Python's default handler, as a terminal's pytest has."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):

@@ -2,6 +2,8 @@
 
 import doctest
 import importlib
+import pathlib
+import re
 
 import pytest
 
@@ -21,3 +23,11 @@ def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_ci_runs_the_readmes_test_command():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    (command,) = re.findall(r"python -m pytest [^\n`]*tests", readme.split("## Models")[0])
+    ci = [line.split("#")[0].strip() for line in (root / ".ci" / "run").read_text().splitlines()]
+    assert command in ci and f"`{command}`" in readme  # the Tests section names it too
