@@ -59,11 +59,13 @@ def main() -> None:
     ended = (datetime.datetime.fromisoformat(last["started"])
              + datetime.timedelta(seconds=last["seconds"])).date().isoformat()
     train_split, _ = data.train_val_splits(config["val_examples"])
+    steps = config["steps"]
+    iterations = f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
     reached = f"{100 * accuracy[test_split]:.2f} % on the {test_split} split" + (
         f", {100 * accuracy[val_split]:.2f} % on {val_split}" if val_split else "")
     runs = tuple(r.replace("(this file)", f"replaced on {ended}") for r in getattr(
         pretrained.released(config["model"]).get(args.tag), "runs", ())) + (
-        f"{ended}: {precision}, {config['steps'] // 1000}k iterations on {train_split}: "
+        f"{ended}: {precision}, {iterations} iterations on {train_split}: "
         f"{reached}; published (this file)",)
     record = pretrained.WeightsRecord(
         model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
