@@ -5,7 +5,7 @@ stages), as keras-hub's Backbone keeps its constructor arguments: `get_config()`
 `from_config` builds the network again, `spec_of(model)` reads it back. Every model
 `keras_preact` builds is one; a `.keras` file of one names the class `keras_preact>ResNet`, so
 loading it needs keras_preact installed (a run dir's `model.keras` is a plain Keras graph:
-`keras_preact.training.net.shareable`).
+`keras_preact.weights.save_plain`).
 
 Example:
 >>> import keras_preact

@@ -6,8 +6,9 @@ stages), in one place.
 - `load_weights`: a `.weights.h5` or `.keras` file of either form into a network of either;
   `in_form`: a network in the other form, weights and all.
 - `load`: a `.keras` file as the network it declares (`keras_preact.api.load_model`,
-  `load_for_inference`): its own config (`network.ResNet`), or a run dir's `config.json`
-  beside a plain `model.keras`.
+  `load_for_inference`): its own config (`network.ResNet`), the `SPEC_ENTRY` of a plain file
+  keras_preact wrote (`save_plain`), or a run dir's `config.json` beside an older plain
+  `model.keras`.
 - `start_from` / `load_start`: the trained weights a training run starts from.
 
 A plain file goes into a scanned network straight from the file (`plain_layers` says where
@@ -28,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import io
+import json
 import os
 import re
 import zipfile
@@ -56,6 +58,10 @@ from keras_preact.specs import ResNetSpec, resolve
 KERAS_WEIGHTS_FILE = "model.weights.h5"
 # The class name a `.keras` file of a `network.ResNet` declares.
 RESNET = "keras_preact>ResNet"
+# The archive entry, beside Keras' own (which Keras ignores), that names the network in a
+# plain `.keras` file keras_preact wrote (`save_plain`): a copy outside its run dir still
+# says which network, hence which preprocessing, it holds.
+SPEC_ENTRY = "keras_preact.json"
 # The start of Keras' message when some layers' weights do not fit (keras.saving).
 KERAS_LOAD_FAILURES = re.compile(r"A total of (\d+) objects could not be loaded\. Example error "
                                  r"message for object <\w+ name=([^,>]+)[^>]*>: (.*)")
@@ -181,29 +187,60 @@ def in_form(model: keras.Model, stages: str) -> keras.Model:
     return to_scanned(model) if stages == "scan" else to_layered(model)
 
 
+def save_plain(network: keras.Model, path: str) -> None:
+    """Saves `network` (either form) as a file anyone can load: a plain Keras functional
+    model of its layer graph, without the optimizer, so `keras.saving.load_model` needs
+    neither keras_preact nor `safe_mode=False`; its spec goes in `SPEC_ENTRY`, which `load`
+    reads (a run dir's `model.keras`). It writes `path` twice: give it a temporary one.
+
+    Example:
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
+    >>> save_plain(build_network("preact-18-imagenet-timm", input_shape=(64, 64, 3)), path)
+    >>> type(keras.saving.load_model(path)).__name__  # Keras alone loads it
+    'Functional'
+    >>> with zipfile.ZipFile(path) as archive:  # and keras_preact knows what it is
+    ...     spec_in(json.loads(archive.read(SPEC_ENTRY))).family
+    'imagenet'
+    """
+    plain = in_form(network, "layers")
+    keras.Model(plain.inputs, plain.outputs, name=plain.name).save(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(SPEC_ENTRY, json.dumps(dataclasses.asdict(spec_of(network))))
+
+
 def declared(path: str, config: dict) -> tuple[ResNetSpec, str, str, str | None] | None:
     """`(spec, form, name, dtype policy)` of the network the `.keras` file `path` (its
     config.json: `config`) declares: its own `network.ResNet` config, else, for a plain
-    `model.keras` of a run dir, the run's `config.json`; None for any other file."""
+    file, its `SPEC_ENTRY` or (files written before it) the `config.json` of the run dir it
+    is in; None for any other file."""
     if config.get("registered_name") == RESNET:
         own = config["config"]
         return spec_in(own), own["stages"], own["name"], own.get("dtype")
-    directory = os.path.dirname(os.path.abspath(path))
-    if (os.path.basename(path) != rundir.MODEL
-            or not os.path.isfile(os.path.join(directory, rundir.CONFIG))):
-        return None
-    try:  # the run's recipe; the file's dtype policy (that of its stem conv)
-        run = rundir.read_config(directory)
-        spec = resolve(run["model"], **run.get("overrides", {}))
+    try:  # the file's dtype policy: that of its stem conv
+        spec = _plain_spec(path)
         layers = config["config"]["layers"]
         stem = next(e for e in layers if e["name"] == "stem_conv")
         dtype = keras.dtype_policies.get(stem["config"]["dtype"]).name
     except (KeyError, TypeError, ValueError, StopIteration):
         return None
-    # The file must hold the run's network, layer for layer (a file edited since is not).
-    if [(e["name"], e["class_name"]) for e in layers] != plain_layers(spec):
+    # The file must hold that network, layer for layer (a file edited since does not).
+    if spec is None or [(e["name"], e["class_name"]) for e in layers] != plain_layers(spec):
         return None
     return spec, "layers", config["config"]["name"], dtype
+
+
+def _plain_spec(path: str) -> ResNetSpec | None:
+    """The spec a plain `.keras` file names: its `SPEC_ENTRY`, else its run dir's recipe."""
+    with zipfile.ZipFile(path) as archive:
+        if SPEC_ENTRY in archive.namelist():
+            return spec_in(json.loads(archive.read(SPEC_ENTRY)))
+    directory = os.path.dirname(os.path.abspath(path))
+    if (os.path.basename(path) != rundir.MODEL
+            or not os.path.isfile(os.path.join(directory, rundir.CONFIG))):
+        return None
+    run = rundir.read_config(directory)
+    return resolve(run["model"], **run.get("overrides", {}))
 
 
 def load(path: str, config: dict, *, fast: bool = False, compile: bool = True) -> keras.Model:

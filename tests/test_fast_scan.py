@@ -276,6 +276,28 @@ def test_files_of_other_nets_load_as_they_are(tmp_path):
     assert scan.is_scanned(load_for_inference(str(tmp_path / "scanned.keras")))
 
 
+def test_a_plain_file_keras_preact_wrote_names_its_network_anywhere(tmp_path):
+    """`weights.save_plain` (a run dir's model.keras) keeps the network's spec in the file:
+    a copy outside any run dir still loads as that network, with its own preprocessing (an
+    ImageNet net's, not CIFAR's, which a file naming no network gets), while Keras alone
+    loads the plain graph."""
+    from keras_preact import weights
+    from keras_preact.api import load_for_inference
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING
+
+    net = keras_preact.build("preact-18-imagenet-timm", input_shape=(64, 64, 3))
+    path = str(tmp_path / "copied.keras")
+    weights.save_plain(net, path)
+    assert not isinstance(keras.saving.load_model(path), ResNet)
+    loaded = load_for_inference(path)
+    assert keras_preact.spec_of(loaded) == keras_preact.spec_of(net)
+    assert weights.preprocessing_of(loaded) == weights.preprocessing_of(net)
+    assert weights.preprocessing_of(loaded) != FAMILY_PREPROCESSING["cifar"]
+    x = images(net)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x, training=False)),
+                               keras.ops.convert_to_numpy(net(x, training=False)), atol=1e-5)
+
+
 def test_evaluate_and_export_load_plain_files_scanned(tmp_path):
     from keras_preact.api import load_for_inference
     from keras_preact.export.loading import load_for_export

@@ -43,7 +43,7 @@ def main() -> None:
     if not machines:
         raise SystemExit(f"{args.run_dir} has no {rundir.SESSIONS}: it was trained before "
                          "keras-preact recorded its sessions, so its time and machine are unknown.")
-    # RUN_DIR/model.keras is the plain layer graph whatever form trained (training.net.shareable).
+    # RUN_DIR/model.keras is the plain layer graph whatever form trained (weights.save_plain).
     model = keras_preact.load_model(args.run_dir, compile=False)
     file = f"{config['model']}-{args.tag}.weights.h5"
     path = os.path.join(pretrained.PACKAGE_DIR, file)

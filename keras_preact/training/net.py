@@ -1,5 +1,5 @@
 """The network `train` fits: built in its form, frozen as asked, compiled with the paper's
-optimizer (`build_and_compile`); and the plain copy a run dir keeps (`shareable`)."""
+optimizer (`build_and_compile`)."""
 
 from __future__ import annotations
 
@@ -78,13 +78,3 @@ def check_recompute(model: str, stages: str, recompute: bool) -> None:
         raise ValueError(f"`recompute` needs stages='scan' (full pre-activation nets). "
                          f"Received: model={model!r}, stages={stages!r}, recompute=True")
 
-
-def shareable(model):
-    """The trained network as a file anyone can load: a plain Keras functional model of its
-    layer graph (that of a scanned model), without the optimizer, so
-    `keras.saving.load_model` needs neither keras_preact nor `safe_mode=False`. The recipe
-    that trained it is in config.json (`keras_preact.load_model` reads both)."""
-    import keras
-
-    plain = weights.in_form(model, "layers")
-    return keras.Model(plain.inputs, plain.outputs, name=plain.name)

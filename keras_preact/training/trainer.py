@@ -2,7 +2,7 @@
 through tf.distribute, into a run directory (`keras_preact.rundir`).
 
 `model.keras` is written only when training finished: the trained network as plain Keras
-layers, which `keras.saving.load_model` loads without keras_preact (`net.shareable`).
+layers, which `keras.saving.load_model` loads without keras_preact (`weights.save_plain`).
 Beside it: `net` (the network it fits), `resume` (run lock, resume policy), `evaluation`.
 """
 
@@ -25,7 +25,7 @@ from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
 from keras_preact.training.config import TrainConfig
-from keras_preact.training.net import build_and_compile, check_recompute, shareable
+from keras_preact.training.net import build_and_compile, check_recompute
 from keras_preact.training.resume import resolve_stages, resume_config, run_lock
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
@@ -278,7 +278,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         )
     # The chief writes model.keras atomically; other workers save into their temp dir.
     with atomic_path(os.path.join(run_dir, rundir.MODEL)) as tmp:
-        shareable(net).save(tmp)
+        weights.save_plain(net, tmp)
     if chief:
         shutil.rmtree(backup_dir, ignore_errors=True)
     return net
