@@ -2,8 +2,10 @@
 real CIFAR-10's official test split (and on the slice of train its run held out, if any), and
 the SavedModel made from it serves that accuracy."""
 
+import argparse
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from keras_preact import applications, cli, pretrained
 from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
 from keras_preact.training import evaluate
+from keras_preact.training.config import TrainConfig, add_arguments
 
 # Weights trained here; converted ones are tested in tests/test_convert.py.
 RECORDS = [r for r in pretrained.all_records() if isinstance(r, pretrained.WeightsRecord)]
@@ -60,6 +63,15 @@ def test_each_tag_has_a_model_card_with_its_curves(record):
     assert PAPER_RESULTS[record.compare_with].split()[0] in card  # the paper's figure beside it
 
 
+def _config_of(command: str) -> TrainConfig:
+    """The `TrainConfig` a recorded `keras-preact train NAME --output DIR ...` runs."""
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("model")
+    parser.add_argument("--output", required=True)
+    add_arguments(parser)
+    return TrainConfig.from_args(parser.parse_args(shlex.split(command)[2:]))
+
+
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_the_card_lists_every_full_run_made_for_the_tag(record):
     card = " ".join(_card(record).split())  # the card may wrap a run's line
@@ -75,7 +87,10 @@ def test_record_is_complete_and_shipped_file_matches_its_hash(record):
     path = pretrained.weights_file(record.model, record.tag)
     assert pretrained.sha256_of(path) == record.sha256
     assert record.command.startswith(f"keras-preact train {record.model} ")
-    assert f"--steps {record.iterations}" in record.command
+    recipe = _config_of(record.command).recipe()  # what the command trains, defaults and all
+    assert (recipe.steps, recipe.seed) == (record.iterations, 0)
+    assert recipe.mixed_precision == record.precision.replace("float32", "off")
+    assert (recipe.val_examples == 0) == (record.val_split is None)
     assert 0.0 < record.test_accuracy <= 1.0 and record.wall_time_h > 0
     assert record.test_split == "test" and record.compare_with in PAPER_RESULTS
 

@@ -4,7 +4,6 @@ flag per field of `training.TrainConfig`."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import os
 import sys
@@ -12,7 +11,7 @@ import sys
 from keras_preact import rundir
 from keras_preact.cli import import_tensorflow
 from keras_preact.training import sources
-from keras_preact.training.config import TrainConfig, add_arguments, parse_overrides
+from keras_preact.training.config import TrainConfig, add_arguments
 
 
 def add_parser(subparsers) -> None:
@@ -35,8 +34,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # The recipe is checked before TensorFlow starts: bad flags fail at once.
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    config = TrainConfig(**{**values, "overrides": parse_overrides(args.overrides)})
+    config = TrainConfig.from_args(args)
     # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
     # prepared or its hosts answer is checked by `train` after the model and flags, so a
     # wrong model name is named first, offline too.

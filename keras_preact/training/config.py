@@ -164,6 +164,12 @@ class TrainConfig:
                              f"momentum < 1. Received: lr={lr!r}, warmup_lr={warmup_lr!r}, "
                              f"weight_decay={decay!r}, momentum={momentum!r}")
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
+        """The config of flags parsed by a parser `add_arguments` made (checked as any)."""
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{**values, "overrides": parse_overrides(args.overrides)})
+
     def recipe(self) -> TrainConfig:
         """This config with `steps`, `lr` and `warmup_steps` that were left None set to the
         defaults of its start: `SCRATCH`, or `FINE_TUNE` with `weights` (a warm-up left None
