@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 import importlib
 
 from keras_preact import models as _models  # noqa: F401  (registers every name)
+from keras_preact import published as _published  # noqa: F401  (registers every tag)
 from keras_preact.paper import paper_result
 from keras_preact.pretrained import list_models
 from keras_preact.specs import ResNetSpec, get_spec, resolve

@@ -8,7 +8,7 @@ RUN_DIR/model.keras, whatever form the run trained in), measures that file's acc
 dataset's official test split (and on the run's validation slice, if it held one out) with
 `keras_preact.training.evaluate`, as `keras-preact evaluate NAME --weights TAG` does, and
 prints the
-`pretrained.register(...)` call to paste at the bottom of keras_preact/pretrained.py. The
+`register(...)` call to paste into keras_preact/published.py. The
 figures come from the run's own files (config.json; sessions.json for the wall time, summed
 over every session, the machines and the date) and this evaluation, never typed by hand. Its
 `runs` are the tag's earlier runs (from the record it replaces, if any) and this one.
