@@ -63,8 +63,9 @@ def main() -> None:
     iterations = f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
     reached = f"{100 * accuracy[test_split]:.2f} % on the {test_split} split" + (
         f", {100 * accuracy[val_split]:.2f} % on {val_split}" if val_split else "")
-    runs = tuple(r.replace("(this file)", f"replaced on {ended}") for r in getattr(
-        pretrained.released(config["model"]).get(args.tag), "runs", ())) + (
+    earlier = getattr(pretrained.released(config["model"]).get(args.tag), "runs", ())
+    runs = tuple(r.replace("published (this file)", f"published, replaced on {ended}")
+                 for r in earlier) + (
         f"{ended}: {precision}, {iterations} iterations on {train_split}: "
         f"{reached}; published (this file)",)
     record = pretrained.WeightsRecord(
