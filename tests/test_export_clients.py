@@ -31,13 +31,13 @@ def load_kit_module(name: str):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, cifar10_data_dir):
-    """The published preact-20 exported, and real images its training run held out."""
+    """The published preact-20 exported, and real images of the official test split."""
     import tensorflow_datasets as tfds
 
     path = export_model(keras_preact.build("preact-20", weights="cifar10"),
                               tmp_path_factory.mktemp("kit"), name="m")
     images, labels = tfds.as_numpy(tfds.load(
-        "cifar10", split=pretrained.released("preact-20")["cifar10"].val_split,
+        "cifar10", split=pretrained.released("preact-20")["cifar10"].test_split,
         data_dir=cifar10_data_dir, download=False, as_supervised=True, batch_size=-1))
     images, labels = images[:2], labels[:2]
     encoded = [tf.io.encode_png(image).numpy() for image in images]
