@@ -61,6 +61,9 @@ def test_each_tag_has_a_model_card_with_its_curves(record):
     assert (ROOT / figure).is_file() and f"({figure})" in card
     assert f"**{100 * record.test_accuracy:.2f} %** on the official test split" in card
     assert PAPER_RESULTS[record.compare_with].split()[0] in card  # the paper's figure beside it
+    flat = " ".join(card.split())  # the card may wrap a line
+    assert record.command.replace(" --data-dir DATA_DIR", "") in flat  # how to reproduce it
+    assert f"{record.wall_time_h:.1f} h" in flat
 
 
 def _config_of(command: str) -> TrainConfig:
@@ -79,6 +82,21 @@ def test_the_card_lists_every_full_run_made_for_the_tag(record):
     last = record.runs[-1]
     assert last.endswith("(this file)") and f"{100 * record.test_accuracy:.2f} %" in last
     assert f"{record.iterations // 1000}k iterations" in last and record.precision in last
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=IDS)
+def test_the_card_compares_the_nets_trained_alike_and_the_papers_units(record):
+    card = " ".join(_card(record).split())
+    recipe = _config_of(record.command).recipe()
+    twins = [r for r in RECORDS if r.model != record.model and r.dataset == record.dataset
+             and _config_of(r.command).recipe() == recipe]
+    for twin in twins:  # the difference is measured only between identical recipes
+        points = round(100 * (record.test_accuracy - twin.test_accuracy), 2)
+        assert f"{points:+.2f} points against {twin.model}" in card
+    assert twins or "no like-for-like difference yet" in card
+    # Table 3: original against full pre-activation units at depths 110 and 164
+    assert all(f"{re.match(r'[0-9.]+', PAPER_RESULTS[f'{unit}-{depth}'])[0]} %" in card
+               for unit in ("resnet", "preact") for depth in (110, 164))
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
