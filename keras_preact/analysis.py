@@ -61,8 +61,8 @@ def residual_units(model: keras.Model) -> list[tuple[str, str]]:
 
 def signal_propagation(
     model: keras.Model,
-    images=None,
-    labels=None,
+    images: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
     *,
     batch_size: int = 16,
     seed: int = 0,

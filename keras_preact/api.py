@@ -31,6 +31,8 @@ MAX_LAYERS = max(layer_bound(get_spec(name)) for name in registered())
 # nets): twice that leaves room for a trainer's compile config and bounds what a compressed
 # config.json may inflate to (a 0.85 MB file can hold 39 MB, 8 s of json.loads on 2 cores).
 CONFIG_BYTES_PER_LAYER = 2048
+# What evaluate, export and the analyses take: a model, a `.keras` file or a trainer run dir.
+ModelOrPath = keras.Model | str | os.PathLike
 
 
 def build(name: str, *, stages: str = "layers", weights: str | None = None,
@@ -129,7 +131,7 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     return load(path, config, compile=compile)
 
 
-def load_for_inference(model_or_path, max_layers: int = MAX_LAYERS) -> keras.Model:
+def load_for_inference(model_or_path: ModelOrPath, max_layers: int = MAX_LAYERS) -> keras.Model:
     """The model to evaluate, export or analyse: a `keras.Model` as it is, else
     `load_model(path, compile=False)` of a `.keras` file or run dir, except that a full
     pre-activation net comes back in its scanned form (`weights.load`): same outputs,

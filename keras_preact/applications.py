@@ -87,7 +87,7 @@ def application(
     model_name: str,
     include_top: bool = True,
     weights: str | None = None,
-    input_tensor=None,
+    input_tensor: keras.KerasTensor | None = None,
     input_shape: tuple | None = None,
     pooling: str | None = None,
     classes: int | None = None,
@@ -145,7 +145,7 @@ def _compatible(input_shape, tensor_shape: tuple) -> bool:
             and all(d is None or d == t for d, t in zip(input_shape, tensor_shape)))
 
 
-def trained_as(model_name: str, weights) -> str:
+def trained_as(model_name: str, weights: str | None) -> str:
     """The registered network a constructor of `model_name` builds for `weights`: its own,
     or its variant (`VARIANT_SUFFIX`) when `weights` is a tag published only for the variant.
     Weights never load into a network that computes something else.

@@ -13,6 +13,9 @@ import keras
 
 from keras_preact.specs import DESIGNS, EXPANSION, ResNetSpec, branch_convs, needs_projection
 
+# Blocks are plain functions from the functional graph's symbolic tensors to new ones.
+Tensor = keras.KerasTensor
+
 # Torch's BN: running averages with momentum 0.1 (Keras' 0.9), eps 1e-5.
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
@@ -31,7 +34,8 @@ def dense_init() -> keras.initializers.Initializer:
     return keras.initializers.VarianceScaling(1.0 / 3.0, "fan_in", "uniform")
 
 
-def conv(x, filters: int, kernel: int, name: str, strides: int = 1, padding: str = "same"):
+def conv(x: Tensor, filters: int, kernel: int, name: str, strides: int = 1,
+         padding: str = "same") -> Tensor:
     """A bias-free conv. `padding="symmetric"` (`specs.PADDINGS`) zero-pads a strided conv by
     (k - 1) // 2 on each side first (layer `{name}_pad`), as PyTorch does."""
     if padding == "symmetric" and strides > 1 and kernel > 1:
@@ -47,7 +51,7 @@ def conv(x, filters: int, kernel: int, name: str, strides: int = 1, padding: str
     )(x)
 
 
-def max_pool(x, name: str, padding: str = "same"):
+def max_pool(x: Tensor, name: str, padding: str = "same") -> Tensor:
     """3x3/2 max-pool. "symmetric" is PyTorch's MaxPool2d(3, 2, padding=1): a stride-1 SAME
     pool (which pads one on each side, ignoring the padding), then every other row and column
     (layer `{name}_subsample`)."""
@@ -73,7 +77,7 @@ class Namer:
         return f"{self.prefix}_{kind}{self.counts[kind]}"
 
 
-def apply_ops(x, ops: tuple[str, ...], layer_name: Callable[[str], str]):
+def apply_ops(x: Tensor, ops: tuple[str, ...], layer_name: Callable[[str], str]) -> Tensor:
     """Applies "bn" / "relu" in order; `layer_name(kind)` names each layer, e.g. a unit's
     `Namer` or `lambda kind: f"stem_{kind}"`."""
     for op in ops:
@@ -87,7 +91,8 @@ def apply_ops(x, ops: tuple[str, ...], layer_name: Callable[[str], str]):
     return x
 
 
-def residual_branch(x, spec: ResNetSpec, width: int, strides: int, namer: Namer):
+def residual_branch(x: Tensor, spec: ResNetSpec, width: int, strides: int,
+                    namer: Namer) -> Tensor:
     """The convs of F with the design's `mid` ops between them and `end` ops after."""
     design = DESIGNS[spec.unit]
     convs = branch_convs(spec, width, strides)
@@ -97,7 +102,7 @@ def residual_branch(x, spec: ResNetSpec, width: int, strides: int, namer: Namer)
     return x
 
 
-def projection(x, spec: ResNetSpec, filters: int, strides: int, prefix: str):
+def projection(x: Tensor, spec: ResNetSpec, filters: int, strides: int, prefix: str) -> Tensor:
     """1x1 conv shortcut; post-activation designs normalize it like their branch."""
     x = conv(x, filters, 1, f"{prefix}_shortcut_conv", strides, spec.padding)
     if not spec.preact:
@@ -105,7 +110,7 @@ def projection(x, spec: ResNetSpec, filters: int, strides: int, prefix: str):
     return x
 
 
-def gate(x, spec: ResNetSpec, prefix: str):
+def gate(x: Tensor, spec: ResNetSpec, prefix: str) -> tuple[Tensor, Tensor]:
     """Returns (g, 1 - g) with g = sigmoid(1x1 conv(x) + b_g), one gate per channel."""
     g = keras.layers.Conv2D(
         x.shape[-1],
@@ -118,8 +123,8 @@ def gate(x, spec: ResNetSpec, prefix: str):
     return g, keras.layers.Rescaling(-1.0, offset=1.0, name=f"{prefix}_gate_complement")(g)
 
 
-def residual_unit(x, spec: ResNetSpec, width: int, strides: int, prefix: str, *, first: bool,
-                  skip_pre: bool = False, raw_identity: bool = False):
+def residual_unit(x: Tensor, spec: ResNetSpec, width: int, strides: int, prefix: str, *,
+                  first: bool, skip_pre: bool = False, raw_identity: bool = False) -> Tensor:
     """One residual unit: `post(shortcut(x) + F(pre(x)))` in the Fig. 4 design of `spec`.
 
     Args:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
+from collections.abc import Iterator
 
 import keras
 
@@ -20,7 +21,7 @@ from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 LAYERS_PER_CONV = 8
 
 
-def stem(x, spec: ResNetSpec):
+def stem(x: blocks.Tensor, spec: ResNetSpec) -> blocks.Tensor:
     """CIFAR: 3x3 conv (16). ImageNet: 7x7/2 conv (64) - BN - ReLU - 3x3/2 max-pool, or with
     `stem="conv-pool"` (timm's ResNetV2) no BN-ReLU: the first unit pre-activates itself.
 
@@ -42,7 +43,7 @@ def stem(x, spec: ResNetSpec):
 CLASSIFIER = "predictions"
 
 
-def head(x, spec: ResNetSpec):
+def head(x: blocks.Tensor, spec: ResNetSpec) -> blocks.Tensor:
     """Pre-activation nets end with one more BN-ReLU after the last addition (their units
     leave the sum un-normalized), then global average pooling and the classifier."""
     x = blocks.apply_ops(x, blocks.DESIGNS[spec.unit]["pre"], lambda kind: FINAL_PREFIX + kind)
@@ -118,7 +119,8 @@ def allow_deep_graph(layers: int) -> None:
         sys.setrecursionlimit(needed)
 
 
-def graph(spec: ResNetSpec, stages: str = "layers", input_tensor=None) -> tuple:
+def graph(spec: ResNetSpec, stages: str = "layers",
+          input_tensor: blocks.Tensor | None = None) -> tuple:
     """`(inputs, outputs)` of the functional graph `spec` describes, in form `stages`
     (`keras_preact.network.ResNet` wraps them in a model).
 
@@ -160,7 +162,7 @@ def graph(spec: ResNetSpec, stages: str = "layers", input_tensor=None) -> tuple:
 
 
 @contextlib.contextmanager
-def cheap_variables():
+def cheap_variables() -> Iterator[None]:
     """Creates the model's variables without two costs that grow with its size (measured in
     benchmarks/README.md, "Building a model"):
 

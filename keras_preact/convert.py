@@ -20,8 +20,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # numpy and safetensors only until a network is built
+    from keras_preact.network import ResNet
+
+Checkpoint = str | os.PathLike | Mapping[str, np.ndarray]
 
 # timm architecture -> the registered network that computes what it computes.
 ARCHS = {f"resnetv2_{depth}": f"preact-{depth}-imagenet-timm" for depth in (18, 34, 50, 101)}
@@ -54,7 +61,7 @@ def timm_module(layer_name: str) -> str | None:
     return f"{block}.{UNIT_MODULE[kind]}{k}"
 
 
-def read_checkpoint(checkpoint) -> dict[str, np.ndarray]:
+def read_checkpoint(checkpoint: Checkpoint) -> dict[str, np.ndarray]:
     """The tensors of a `.safetensors` file (read with numpy), or a dict of arrays as given."""
     if isinstance(checkpoint, dict):
         return {str(key): np.asarray(value) for key, value in checkpoint.items()}
@@ -99,7 +106,7 @@ def _keras_weights(module: str, layer, tensors: dict, used: set) -> list[np.ndar
     return [take("weight", (o, i, 1, 1)).reshape(o, i).T, take("bias", bias)]
 
 
-def assign(model, tensors: dict[str, np.ndarray]) -> None:
+def assign(model: ResNet, tensors: dict[str, np.ndarray]) -> None:
     """Sets every weight of `model` (a `preact-*-imagenet-timm` network) from timm's
     `tensors`; a tensor left over is an error too."""
     used: set[str] = set()
@@ -133,7 +140,7 @@ def model_name(arch: str) -> str:
     return ARCHS[arch]
 
 
-def from_timm(checkpoint, arch: str, **overrides):
+def from_timm(checkpoint: Checkpoint, arch: str, **overrides) -> ResNet:
     """A `keras.Model` computing what timm's `arch` computes with `checkpoint`'s weights.
 
     Args:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from keras_preact.specs import is_positive_int
 
@@ -24,6 +25,9 @@ CIFAR100 = tuple(
     tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf woman worm""".split()
 )
 
+# Where class names come from: the names themselves, or a run dir or model.keras whose run
+# recorded them (`recorded_names`).
+NameSource = str | os.PathLike | Sequence[str] | np.ndarray
 
 # The 1000 human-readable ImageNet names in index order, one per line: package data, written
 # once from tensorflow-datasets' `datasets.siscore.labels.IMAGENET_LABELS_LIST` (an internal
@@ -42,7 +46,7 @@ def imagenet_names() -> tuple[str, ...]:
         return tuple(f.read().splitlines())
 
 
-def as_list(labels) -> list:
+def as_list(labels: Sequence[str] | np.ndarray) -> list:
     """`labels` (a list, tuple or array of names) as a list. A single string is refused: it
     would be taken as one label per character ("abcdefghij" as 10 labels).
 
@@ -56,7 +60,7 @@ def as_list(labels) -> list:
     return list(labels)
 
 
-def check_names(labels, classes: int) -> tuple[str, ...]:
+def check_names(labels: Sequence[str] | np.ndarray, classes: int) -> tuple[str, ...]:
     """`labels` as a tuple of `classes` strings, one per class; anything else (a single
     string included, see `as_list`) is a ValueError.
 
@@ -71,7 +75,7 @@ def check_names(labels, classes: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def recorded_names(source) -> tuple[str, ...] | None:
+def recorded_names(source: object) -> tuple[str, ...] | None:
     """The class names a training run recorded (config.json "class_names": a folder's or a
     dataset's), for `source` = its run dir or its model.keras; None for anything else.
 
@@ -95,7 +99,7 @@ def recorded_names(source) -> tuple[str, ...] | None:
     return tuple(names) if isinstance(names, list) and names else None
 
 
-def class_names(classes: int, source=None) -> tuple[str, ...]:
+def class_names(classes: int, source: NameSource | None = None) -> tuple[str, ...]:
     """Names for a classifier with `classes` outputs: those of `source` (a list of names, or a
     run dir or model.keras whose run recorded them, `recorded_names`); else CIFAR-10 (10),
     CIFAR-100 (100), ImageNet (1000); otherwise `class_0`, `class_1`, ...
@@ -121,8 +125,9 @@ def class_names(classes: int, source=None) -> tuple[str, ...]:
     return tuple(f"class_{i}" for i in range(classes))
 
 
-def decode_predictions(preds, top: int = 5,
-                       class_names_from=None) -> list[list[tuple[int, str, float]]]:
+def decode_predictions(
+    preds: ArrayLike, top: int = 5, class_names_from: NameSource | None = None
+) -> list[list[tuple[int, str, float]]]:
     """Top-`top` (class index, name, score) per row of a `(batch, classes)` prediction; the
     names are `class_names(classes, class_names_from)`: pass a run dir (or a list of names)
     for a network fine-tuned on your own classes.

@@ -77,8 +77,9 @@ def _dtype_policy(dtype):
         keras.config.set_dtype_policy(previous)
 
 
-def build_from_spec(spec: ResNetSpec, name: str = "resnet", input_tensor=None,
-                    stages: str = "layers", dtype=None) -> ResNet:
+def build_from_spec(spec: ResNetSpec, name: str = "resnet",
+                    input_tensor: keras.KerasTensor | None = None, stages: str = "layers",
+                    dtype: str | keras.DTypePolicy | None = None) -> ResNet:
     """The network `spec` describes, in form `stages` ("layers" or "scan").
 
     Example:

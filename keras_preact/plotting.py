@@ -192,7 +192,7 @@ def plot_signal_propagation(
     return fig
 
 
-def plot_prediction(image, labels: Sequence, scores: Sequence[float], *,
+def plot_prediction(image: np.ndarray, labels: Sequence, scores: Sequence[float], *,
                     title: str | None = None) -> Figure:
     """The image with its top-k labels and scores as bars next to it (best on top).
 

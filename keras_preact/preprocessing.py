@@ -7,6 +7,11 @@ served from a SavedModel.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `pretrained` (the CLI's `list`) reads this module: no imports to wait for
+    import tensorflow as tf
+    from numpy.typing import ArrayLike
 
 # Per-channel RGB mean/std of the CIFAR-10 training set on the 0-255 scale, as
 # fb.resnet.torch uses them (cifar10.lua); used for CIFAR-100 too.
@@ -26,7 +31,7 @@ STATS = {"cifar": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_
 RGB = len(CIFAR_MEAN)
 
 
-def preprocess_input(x, family: str = "cifar"):
+def preprocess_input(x: ArrayLike, family: str = "cifar") -> ArrayLike:
     """Normalizes RGB images in [0, 255] (channels last) per channel.
 
     The statistics are RGB ones, so other channel counts (grayscale, RGBA, multispectral
@@ -92,7 +97,8 @@ FAMILY_PREPROCESSING = {
 }
 
 
-def resize_for_eval(images, preprocessing: Preprocessing, size: int | None = None):
+def resize_for_eval(images: ArrayLike, preprocessing: Preprocessing,
+                    size: int | None = None) -> tf.Tensor:
     """Evaluation geometry, shared by the eval pipeline and the serving signatures.
 
     Resize to `size` x `size` (`crop_pct=None`, a no-op for CIFAR's 32x32 input); else resize

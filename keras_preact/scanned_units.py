@@ -53,7 +53,8 @@ def check_scannable(spec: ResNetSpec) -> None:
         )
 
 
-def scanned_units(x, spec: ResNetSpec, width: int, units: int, name: str):
+def scanned_units(x: blocks.Tensor, spec: ResNetSpec, width: int, units: int,
+                  name: str) -> blocks.Tensor:
     """Applies `units` identical stride-1 units of `spec` (stage width `width`) to `x`."""
     check_scannable(spec)
     convs = [(f, k) for f, k, _ in blocks.branch_convs(spec, width, 1)]

@@ -68,7 +68,8 @@ KERAS_LOAD_FAILURES = re.compile(r"A total of (\d+) objects could not be loaded\
 
 
 def build_network(name: str, *, stages: str = "layers", weights: str | None = None,
-                  input_tensor=None, model_name: str | None = None, dtype=None,
+                  input_tensor: keras.KerasTensor | None = None, model_name: str | None = None,
+                  dtype: str | keras.DTypePolicy | None = None,
                   **overrides) -> ResNet:
     """Registered network `name` with `overrides`, in form `stages`, with `weights` (None, a
     published tag or a `.weights.h5` file of either form), named `model_name` (default

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from keras_preact.export.runtimes import EXPORT_FORMATS
 
+if TYPE_CHECKING:  # the CLI imports this package before Keras
+    from keras_preact.api import ModelOrPath
 
-def export_model(model_or_path, path: str | os.PathLike, format: str = "saved_model", *,
-                 name: str | None = None, version: int | None = None,
-                 labels: Sequence[str] | None = None) -> str:
+
+def export_model(model_or_path: ModelOrPath, path: str | os.PathLike,
+                 format: str = "saved_model", *, name: str | None = None,
+                 version: int | None = None, labels: Sequence[str] | None = None) -> str:
     """Exports a classifier (a `keras.Model`, a `.keras` file or a trainer run dir) in
     `format`, one of `EXPORT_FORMATS`; returns what was written.
 

@@ -8,7 +8,7 @@ import os
 import keras
 
 from keras_preact import rundir
-from keras_preact.api import load_for_inference
+from keras_preact.api import ModelOrPath, load_for_inference
 from keras_preact.network import ResNet
 from keras_preact.scanned_units import scannable
 from keras_preact.weights import in_form
@@ -16,7 +16,7 @@ from keras_preact.weights import in_form
 RUN_FILES = (rundir.MODEL, rundir.CONFIG)
 
 
-def load_for_export(model_or_path) -> tuple[keras.Model, str]:
+def load_for_export(model_or_path: ModelOrPath) -> tuple[keras.Model, str]:
     """`(model, default name)` from a `keras.Model`, a `.keras` file or a trainer run dir: the
     model as `load_for_inference` gives it; the name is a run dir's config.json `"model"`
     (the network it trained), else the model's."""

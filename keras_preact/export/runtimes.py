@@ -42,11 +42,17 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 from keras_preact import files
 
 # Keras and TensorFlow are imported inside the functions: the CLI reads FORMATS to build its
 # parser, and `keras-preact --help` must not wait for TensorFlow.
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from keras_preact.api import ModelOrPath
 
 # Format -> file suffix the runtimes (and Keras' exporters) expect.
 FORMATS = {"onnx": ".onnx", "litert": ".tflite", "openvino": ".xml"}
@@ -94,7 +100,7 @@ def _check_model(model, format: str) -> None:
         )
 
 
-def inference_function(model):
+def inference_function(model: keras.Model) -> tf.types.experimental.PolymorphicFunction:
     """The exported computation: a `tf.function` `images` (uint8) -> `{"probabilities"}`,
     traced once, with every weight frozen into a constant.
 
@@ -173,7 +179,7 @@ def _write_litert(fn, path: str, metadata: dict) -> None:
 WRITERS = {"onnx": _write_onnx, "litert": _write_litert, "openvino": _write_openvino}
 
 
-def export(model_or_path, path: str | os.PathLike, *, format: str) -> str:
+def export(model_or_path: ModelOrPath, path: str | os.PathLike, *, format: str) -> str:
     """Writes `model_or_path` as one ONNX, LiteRT or OpenVINO artifact; returns its path.
 
     Args:

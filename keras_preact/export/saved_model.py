@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from keras_preact.api import ModelOrPath
 from keras_preact.export.layout import check_name, check_version, publish_version
 from keras_preact.export.loading import load_for_export, serving_form
 from keras_preact.files import check_directory
@@ -25,7 +26,7 @@ from keras_preact.labels import recorded_names
 
 
 def export_saved_model(
-    model_or_path,
+    model_or_path: ModelOrPath,
     base_dir: str,
     *,
     name: str | None = None,

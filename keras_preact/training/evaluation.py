@@ -4,7 +4,7 @@ pipeline and geometry the trainer and the exports share."""
 from __future__ import annotations
 
 from keras_preact import labels
-from keras_preact.api import load_for_inference
+from keras_preact.api import ModelOrPath, load_for_inference
 from keras_preact.introspect import outputs_logits
 from keras_preact.network import family_of
 from keras_preact.training import data, sources
@@ -12,7 +12,7 @@ from keras_preact.training.config import check_positive
 from keras_preact.weights import preprocessing_of
 
 
-def evaluate(model_or_path, *, dataset: str = "cifar10", split: str | None = None,
+def evaluate(model_or_path: ModelOrPath, *, dataset: str = "cifar10", split: str | None = None,
              data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split or an
     image folder (`dataset`, as `train` takes it).

@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 
+import keras
+
 from keras_preact import host, labels, pretrained, rundir, weights
 from keras_preact.datasets import DatasetInfo
 from keras_preact.files import atomic_path
@@ -62,7 +64,7 @@ def train(
     connect_timeout: float | None = None,
     class_names: Sequence[str] | None = None,
     **fields,
-):
+) -> keras.Model:
     """Trains registered network `model` with the recipe `config` (a `TrainConfig`, its
     fields given as keywords, or both: the keywords replace fields of `config`) into run
     directory `output`; returns the trained model.
