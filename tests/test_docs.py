@@ -7,6 +7,9 @@ import re
 
 import pytest
 
+import keras_preact
+from keras_preact import cli
+
 MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_preact.labels",
            "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.builder",
            "keras_preact.export", "keras_preact.scan", "keras_preact.training.trainer",
@@ -16,6 +19,7 @@ MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_prea
            "keras_preact.export.runtimes", "keras_preact.paper", "keras_preact.network",
            "keras_preact.scanned_units", "keras_preact.scan.convert", "keras_preact.weights",
            "keras_preact.pretrained", "keras_preact.host", "keras_preact.convert"]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -26,8 +30,16 @@ def test_docstring_examples(name):
 
 
 def test_ci_runs_the_readmes_test_command():
-    root = pathlib.Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     (command,) = re.findall(r"python -m pytest [^\n`]*tests", readme.split("## Models")[0])
-    ci = [line.split("#")[0].strip() for line in (root / ".ci" / "run").read_text().splitlines()]
+    ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert command in ci and f"`{command}`" in readme  # the Tests section names it too
+
+
+def test_readmes_models_table_is_what_list_prints(capsys):
+    assert cli.main(["list", "--params", "--markdown"]) == 0
+    table = capsys.readouterr().out
+    readme = (ROOT / "README.md").read_text()
+    # a header, a rule and a row per registered name
+    assert table.count("\n") == 2 + len(keras_preact.list_models())
+    assert table in readme.split("## Models")[1]

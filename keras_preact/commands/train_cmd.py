@@ -11,6 +11,7 @@ import sys
 from keras_preact import rundir
 from keras_preact.cli import import_tensorflow
 from keras_preact.training import sources
+from keras_preact.training.distribute import CONNECT_TIMEOUT_S
 from keras_preact.training.config import TrainConfig, add_arguments
 
 
@@ -28,7 +29,7 @@ def add_parser(subparsers) -> None:
                    help="fail instead of letting TFDS download a dataset that is not prepared")
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
                    help="multi-worker: how long to wait for the other workers of TF_CONFIG "
-                   "(default: 5 minutes)")
+                   f"(default: {CONNECT_TIMEOUT_S:g})")
     p.set_defaults(func=run, on_interrupt="rerun the same command to resume")
 
 

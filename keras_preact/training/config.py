@@ -13,8 +13,9 @@ import typing
 from collections.abc import Sequence
 
 from keras_preact import specs
+from keras_preact.datasets import PAPER_VAL_EXAMPLES
 from keras_preact.training.distribute import STRATEGIES
-from keras_preact.training.sources import DATASET_HELP
+from keras_preact.training.sources import DATASET_HELP, FOLDER_VAL_SHARE, TFDS_VAL_SHARE
 
 # The Keras dtype policy of each `mixed_precision` choice.
 MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -102,8 +103,9 @@ class TrainConfig:
                                 "(default %(default)s)", resume=KEEP)
     val_examples: int | None = field(
         None, "validation images held out of train (0: none, then each epoch is scored on the "
-        "dataset's test split; default: 5000 on CIFAR and ImageNet, 20%% of a folder, a TFDS "
-        "dataset's validation split, else 10%% of its train)", resume=KEEP)
+        f"dataset's test split; default: {PAPER_VAL_EXAMPLES} on CIFAR and ImageNet, "
+        f"{100 * FOLDER_VAL_SHARE:g}%% of a folder, a TFDS dataset's validation split, else "
+        f"{100 * TFDS_VAL_SHARE:g}%% of its train)", resume=KEEP)
     steps_per_epoch: int | None = field(
         None, "iterations per epoch (default: training examples // batch size)", resume=KEEP)
     strategy: str = field("auto", "tf.distribute strategy (default %(default)s)",
