@@ -23,6 +23,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_preact.paper import CIFAR_RECIPE
+
 
 @keras.saving.register_keras_serializable(package="keras_preact")
 class SGDWithL2(keras.optimizers.SGD):
@@ -37,7 +39,8 @@ class SGDWithL2(keras.optimizers.SGD):
     1.9
     """
 
-    def __init__(self, learning_rate=0.1, momentum=0.9, nesterov=False, l2=1e-4, **kwargs):
+    def __init__(self, learning_rate=CIFAR_RECIPE.lr, momentum=CIFAR_RECIPE.momentum,
+                 nesterov=False, l2=CIFAR_RECIPE.weight_decay, **kwargs):
         super().__init__(
             learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, **kwargs
         )
@@ -70,11 +73,11 @@ class PaperSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(
         self,
-        total_steps: int = 64000,
-        base_lr: float = 0.1,
-        warmup_steps: int = 400,
-        warmup_lr: float = 0.01,
-        boundaries: tuple[float, ...] = (0.5, 0.75),
+        total_steps: int = CIFAR_RECIPE.steps,
+        base_lr: float = CIFAR_RECIPE.lr,
+        warmup_steps: int = CIFAR_RECIPE.warmup_steps,
+        warmup_lr: float = CIFAR_RECIPE.warmup_lr,
+        boundaries: tuple[float, ...] = CIFAR_RECIPE.lr_drops,
         decay: float = 0.1,
     ):
         if not (isinstance(total_steps, int) and total_steps >= 1):
@@ -125,16 +128,16 @@ class PaperSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def paper_schedule(
-    total_steps: int = 64000,
-    base_lr: float = 0.1,
-    warmup_steps: int = 400,
-    warmup_lr: float = 0.01,
-    boundaries: tuple[float, ...] = (0.5, 0.75),
+    total_steps: int = CIFAR_RECIPE.steps,
+    base_lr: float = CIFAR_RECIPE.lr,
+    warmup_steps: int = CIFAR_RECIPE.warmup_steps,
+    warmup_lr: float = CIFAR_RECIPE.warmup_lr,
+    boundaries: tuple[float, ...] = CIFAR_RECIPE.lr_drops,
 ) -> PaperSchedule:
     """The paper's CIFAR schedule (Appendix): lr 0.1, /10 at 32k and 48k, stop at 64k, with
     lr 0.01 for the first 400 iterations. Drops sit at 50 % and 75 % of `total_steps`.
 
-    For ImageNet (/10 at epochs 30 and 60 of 90) pass `boundaries=(1/3, 2/3)` and
+    For ImageNet (/10 at epochs 30 and 60 of 90) pass `boundaries=paper.IMAGENET_LR_DROPS` and
     `warmup_steps=0`. Scale `base_lr` linearly with the global batch size (0.1 per 128 on
     CIFAR, 0.1 per 256 on ImageNet).
 

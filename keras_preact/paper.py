@@ -48,6 +48,30 @@ PAPER_RESULTS = {
     "resnet-200-imagenet": "21.8 / 6.0 top-1/5 at 320 (Table 5)",
     "preact-200-imagenet": "20.7 / 5.3 top-1/5 at 320 (Table 5)",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """The numbers of a training recipe; `lr_drops`: the fractions of `steps` at which the
+    learning rate is divided by 10."""
+
+    batch_size: int
+    steps: int
+    lr: float
+    lr_drops: tuple[float, ...]
+    warmup_steps: int
+    warmup_lr: float
+    momentum: float
+    weight_decay: float
+
+
+# The paper's CIFAR recipe (Appendix; resnet-1k-layers): what `training.TrainConfig`,
+# `optim.SGDWithL2` and `optim.PaperSchedule` default to. 64k iterations = 164 epochs of 390.
+CIFAR_RECIPE = Recipe(batch_size=128, steps=64000, lr=0.1, lr_drops=(0.5, 0.75),
+                      warmup_steps=400, warmup_lr=0.01, momentum=0.9, weight_decay=1e-4)
+# fb.resnet.torch's ImageNet schedule: /10 at epochs 30 and 60 of 90.
+IMAGENET_LR_DROPS = (1 / 3, 2 / 3)
+
 # Overrides that leave the paper's figure valid: they change what the head outputs (pooled
 # features, logits), not the network that was trained.
 SAME_NETWORK = ("include_top", "pooling", "classifier_activation")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from keras_preact import specs
 from keras_preact.datasets import PAPER_VAL_EXAMPLES
+from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.training.distribute import STRATEGIES
 from keras_preact.training.sources import DATASET_HELP, FOLDER_VAL_SHARE, TFDS_VAL_SHARE
 
@@ -30,11 +31,16 @@ RETUNE = "retune"  # the same, except after a divergence (its error advises chan
 # What `steps`, `lr` and `warmup_steps` left None become (`TrainConfig.recipe`): the paper's
 # recipe from random weights; from trained ones (`weights`), a short run at a tenth of the
 # rate without warm-up, as fine-tuning goes (the Keras transfer-learning guide).
-SCRATCH = {"steps": 64000, "lr": 0.1}
+SCRATCH = {"steps": CIFAR_RECIPE.steps, "lr": CIFAR_RECIPE.lr}
 FINE_TUNE = {"steps": 1000, "lr": 0.01, "warmup_steps": 0}
 # What `freeze` keeps as loaded: nothing; BatchNormalization layers (scale, offset and
 # statistics: they run in inference mode); or every layer but the classifier.
 FREEZE = ("none", "bn", "backbone")
+
+
+def _percents(fractions: tuple[float, ...]) -> str:
+    """`(0.5, 0.75)` as "50%% and 75%%" (escaped for argparse's help)."""
+    return " and ".join(f"{100 * f:.3g}%%" for f in fractions)
 
 
 def field(default, help: str, *, resume: str | None = None, choices: tuple | None = None,
@@ -86,21 +92,24 @@ class TrainConfig:
                         "%(default)s)", resume=KEEP, choices=FREEZE)
     steps: int | None = field(None, f"total iterations (default {SCRATCH['steps']}; "
                               f"{FINE_TUNE['steps']} with --weights)", resume=KEEP)
-    batch_size: int = field(128, "global batch, split across replicas; scale --lr with it "
-                            "(default %(default)s)", resume=KEEP)
+    batch_size: int = field(CIFAR_RECIPE.batch_size, "global batch, split across replicas; "
+                            "scale --lr with it (default %(default)s)", resume=KEEP)
     lr: float | None = field(None, f"base learning rate (default {SCRATCH['lr']}; "
-                             f"{FINE_TUNE['lr']} with --weights), divided by 10 at 50%% and "
-                             "75%% of --steps (ImageNet: 1/3 and 2/3)", resume=RETUNE)
+                             f"{FINE_TUNE['lr']} with --weights), divided by 10 at "
+                             f"{_percents(CIFAR_RECIPE.lr_drops)} of --steps (ImageNet: "
+                             f"{_percents(IMAGENET_LR_DROPS)})", resume=RETUNE)
     warmup_steps: int | None = field(
-        None, "iterations at --warmup-lr first (default on CIFAR: the paper's 400 of 64000, "
+        None, "iterations at --warmup-lr first (default on CIFAR: the paper's "
+        f"{CIFAR_RECIPE.warmup_steps} of {CIFAR_RECIPE.steps}, "
         "scaled with --steps, e.g. 1 for --steps 100; 0 on ImageNet and with --weights)",
         resume=RETUNE)
-    warmup_lr: float = field(0.01, "learning rate of the warm-up (default %(default)s)",
-                             resume=RETUNE)
+    warmup_lr: float = field(CIFAR_RECIPE.warmup_lr,
+                             "learning rate of the warm-up (default %(default)s)", resume=RETUNE)
     nesterov: bool = field(False, "Nesterov momentum", resume=KEEP)
-    momentum: float = field(0.9, "SGD momentum (default %(default)s)", resume=KEEP)
-    weight_decay: float = field(1e-4, "gradient += wd * w, on every parameter "
-                                "(default %(default)s)", resume=KEEP)
+    momentum: float = field(CIFAR_RECIPE.momentum, "SGD momentum (default %(default)s)",
+                            resume=KEEP)
+    weight_decay: float = field(CIFAR_RECIPE.weight_decay, "gradient += wd * w, on every "
+                                "parameter (default %(default)s)", resume=KEEP)
     val_examples: int | None = field(
         None, "validation images held out of train (0: none, then each epoch is scored on the "
         f"dataset's test split; default: {PAPER_VAL_EXAMPLES} on CIFAR and ImageNet, "

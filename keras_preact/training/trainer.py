@@ -23,6 +23,7 @@ from keras_preact import host, labels, pretrained, rundir, weights
 from keras_preact.datasets import DatasetInfo
 from keras_preact.files import atomic_path
 from keras_preact.optim import paper_schedule
+from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
@@ -32,7 +33,7 @@ from keras_preact.training.resume import resolve_stages, resume_config, run_lock
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
-CIFAR_WARMUP_SHARE = 400 / 64000
+CIFAR_WARMUP_SHARE = CIFAR_RECIPE.warmup_steps / CIFAR_RECIPE.steps
 # config.json's "dataset" for images given as a tf.data.Dataset (`train(dataset=...)`).
 IN_MEMORY = "tf.data.Dataset"
 
@@ -77,7 +78,7 @@ def train(
     Rerunning the same call after an interruption resumes from `output/backup`.
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     Multi-worker runs wait `connect_timeout` seconds at most for the other workers
-    (default `distribute.CONNECT_TIMEOUT_S`, 5 minutes).
+    (default `distribute.CONNECT_TIMEOUT_S`).
     `dataset` may also be an image folder, any TFDS image-classification dataset, or a
     `tf.data.Dataset` of unbatched `(uint8 image [h, w, 1|3|4], int label)` pairs with their
     `class_names` (one pass; `val_examples` are held out of its end). `weights` starts from
@@ -220,7 +221,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         cache=spec.family == "cifar", preprocessing=preprocessing)
     schedule = paper_schedule(
         steps, config.lr, config.warmup_steps, config.warmup_lr,
-        boundaries=(0.5, 0.75) if spec.family == "cifar" else (1 / 3, 2 / 3),
+        boundaries=CIFAR_RECIPE.lr_drops if spec.family == "cifar" else IMAGENET_LR_DROPS,
     )
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
