@@ -243,13 +243,6 @@ def test_other_image_sizes_use_eval_geometry(exported, case, key, images, family
     check_outputs(exported["out"][case], reference(model, images, family, side), names)
 
 
-def test_imagenet_family_has_seven_labels_top5(exported):
-    out = exported["out"]["i_odd"]
-    assert np.asarray(out["probabilities"]).shape == (2, 7)
-    assert {label for row in out["labels"] for label in row} <= set(class_names(7))
-    assert np.asarray(out["classes"]).shape == (2, 5)
-
-
 def test_png_bytes_equal_uint8_path(exported):
     out = exported["out"]
     np.testing.assert_allclose(
@@ -274,10 +267,13 @@ def test_tf_example_signature_equals_bytes_path(exported):
     assert out["i_example"]["classes"] == out["i_png"]["labels"]
 
 
-@pytest.mark.parametrize("case", ["bad_float", "bad_rank"])
-def test_wrong_dtype_or_rank_rejected_and_model_keeps_serving(exported, case):
+@pytest.mark.parametrize("case, message", [
+    ("bad_float", "expected to be a uint8 tensor but is a float tensor"),
+    ("bad_rank", "must be 4-dimensional[32,32,3]"),
+])
+def test_wrong_dtype_or_rank_rejected_and_model_keeps_serving(exported, case, message):
     out = exported["out"]
-    assert out[case]["error"] in {"TypeError", "ValueError", "InvalidArgumentError"}
+    assert out[case]["error"] == "InvalidArgumentError" and message in out[case]["message"]
     assert out["c32_again"] == out["c32"]
 
 
@@ -289,16 +285,16 @@ def test_wrong_dtype_or_rank_rejected_and_model_keeps_serving(exported, case):
         ("bytes_empty", "not a JPEG or PNG"),
         ("bytes_gif", "not a JPEG or PNG"),
         ("bytes_huge_png", f"maximum of {MAX_SIDE}"),
-        ("bytes_corrupt_png", ""),
-        ("bytes_corrupt_jpeg", ""),
+        ("bytes_corrupt_png", "Invalid PNG data"),
+        ("bytes_corrupt_jpeg", "Invalid JPEG data"),
         ("example_missing", "image/encoded"),
-        ("example_garbage", ""),
+        ("example_garbage", "Could not parse example input"),
     ],
 )
 def test_bad_images_are_invalid_argument(exported, case, message):
     out = exported["out"][case]
     assert out.get("error") == "InvalidArgumentError", out
-    assert message in out["message"]
+    assert message in out["message"], out["message"]
 
 
 def cropped_reference(model, image: np.ndarray, family: str, side: int) -> np.ndarray:
@@ -458,20 +454,6 @@ def test_served_probabilities_follow_the_output_kind(case, tmp_path):
     outputs = model(preprocess_input(CIFAR_32), training=False)
     expected = tf.nn.softmax(outputs) if kind == "logits" else outputs
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
-
-
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (KINDS["pooled features"][0], r"output is features of shape \(None, 64\)"),
-        (KINDS["relu head"][0], "output is features"),
-        (two_outputs, "one output. Received 2 outputs"),
-    ],
-)
-def test_models_that_are_not_classifiers_are_refused(make, message, tmp_path):
-    with pytest.raises(ValueError, match=message):
-        export_model(make(), tmp_path, name="m")
-    assert not os.path.exists(tmp_path / "m")
 
 
 def test_a_timm_net_serves_with_timms_preprocessing(tmp_path):

@@ -222,10 +222,12 @@ def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
 @pytest.mark.parametrize(
     "make, error, message",
     [
-        (lambda p: p / "nowhere", FileNotFoundError, "No model at .*nowhere"),
+        (lambda p: p / "nowhere", FileNotFoundError,
+         "No model at .*nowhere: expected a .keras file or a run dir."),
         (lambda p: (p / "empty").mkdir() or p / "empty", FileNotFoundError,
          "empty is not a run dir"),
-        (lambda p: (p / "x.txt").write_text("x") and p / "x.txt", ValueError, "x.txt"),
+        (lambda p: (p / "x.txt").write_text("x") and p / "x.txt", ValueError,
+         r"x.txt' is not a .keras model file \(BadZipFile"),
         (lambda p: 42, ValueError, "Received: 42"),
     ],
 )
@@ -266,19 +268,6 @@ def test_cli_names_a_base_that_is_not_a_directory(run_dir, tmp_path, capsys):
     assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
     assert f"{base} is a file, not a directory" in err
     assert listing(tmp_path) == ["file"]
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_cli_names_a_base_without_write_permission(run_dir, tmp_path, capsys):
-    base = tmp_path / "base"
-    base.mkdir(mode=0o500)
-    try:
-        assert cli.main(["export", str(run_dir), "--base", str(base)]) == 2
-    finally:
-        base.chmod(0o700)
-    err = capsys.readouterr().err
-    assert "Permission denied" in err and str(base) in err
-    assert listing(base) == []
 
 
 def test_cli_reports_a_full_disk_in_one_line_and_leaves_nothing(run_dir, tmp_path):
