@@ -57,9 +57,10 @@ setup(
                  "ipykernel>=6", "ruff>=0.6", "wheel>=0.38"],
         # tests/test_convert.py: timm's own ResNetV2 modules (random weights) are what the
         # converted models are checked against; timm >= 1.0.12 has resnetv2_18/34 and their
-        # ImageNet tags. Install the CPU build of torch first (`pip install torch==2.13.0 ...`
-        # in .ci/run, or `--index-url https://download.pytorch.org/whl/cpu`): left to pip,
-        # timm's dependency resolves to a multi-GB CUDA build. keras_preact never imports it.
+        # ImageNet tags. Pin the CPU build of torch in the same install (as the README's test
+        # command and .ci/run do), or use `--index-url https://download.pytorch.org/whl/cpu`:
+        # left to pip, timm's dependency resolves to a multi-GB CUDA build. keras_preact never
+        # imports it.
         "convert": ["timm>=1.0.12", "torch>=2.4"],
         # tests/test_models.py builds the networks on Keras' JAX backend too and compares the
         # outputs with TensorFlow's (the CLI stays on TensorFlow). CPU wheels: jax 0.10.2 pulls

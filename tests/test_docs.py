@@ -34,6 +34,9 @@ def test_ci_runs_the_readmes_test_command():
     (command,) = re.findall(r"python -m pytest [^\n`]*tests", readme.split("## Models")[0])
     ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert command in ci and f"`{command}`" in readme  # the Tests section names it too
+    # and installs what CI installs (the extras, and torch pinned to its CPU build)
+    (install,) = re.findall(r"pip install (-e \S+ \S+) &&", readme)
+    assert any(line.endswith(f"pip install -q {install}") for line in ci)
 
 
 def test_readmes_models_table_is_what_list_prints(capsys):
