@@ -112,6 +112,12 @@ def resize_for_eval(images: ArrayLike, preprocessing: Preprocessing,
 
     Returns:
         float32 images of side `size`, values still in [0, 255].
+
+    Example:
+    >>> import numpy as np
+    >>> images = np.zeros((1, 300, 400, 3), "uint8")  # shorter side to 256, centre 224
+    >>> resize_for_eval(images, FAMILY_PREPROCESSING["imagenet"]).shape
+    TensorShape([1, 224, 224, 3])
     """
     import tensorflow as tf  # tf.data and SavedModel code paths only
 

@@ -109,6 +109,7 @@ _RECORDS: dict[tuple[str, str], WeightsRecord | ConvertedRecord] = {}
 
 
 def register(record: WeightsRecord | ConvertedRecord) -> None:
+    """Publishes `record` for its (model, tag), once (`keras_preact.published` holds them)."""
     key = (record.model, record.tag)
     if key in _RECORDS:
         raise ValueError(f"Weights {record.tag!r} of {record.model!r} are already registered.")

@@ -306,6 +306,15 @@ def resolve(name: str, **overrides) -> ResNetSpec:
     """The spec of a registered name with `overrides` applied and validated.
 
     `depth=` (or a new `block=` alone, which keeps the depth) is turned into `units`.
+
+    Example:
+    >>> spec = resolve("preact-164", depth=1001)
+    >>> spec.units, spec.block
+    ((111, 111, 111), 'bottleneck')
+    >>> resolve("preact-164", widht=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown override(s) ['widht'] for 'preact-164'. Valid: [...].
     """
     spec = get_spec(name)
     fields = {f.name for f in dataclasses.fields(ResNetSpec)} | {"depth"}
@@ -325,13 +334,23 @@ _REGISTRY: dict[str, ResNetSpec] = {}
 
 
 def register(name: str, spec: ResNetSpec) -> None:
+    """Registers `spec` under `name`, once (`keras_preact.models` registers every network)."""
     if name in _REGISTRY:
         raise ValueError(f"Model {name!r} is already registered.")
     _REGISTRY[name] = spec
 
 
 def get_spec(name: str) -> ResNetSpec:
-    """The registered spec of `name`; a ValueError suggests the closest names."""
+    """The registered spec of `name`; a ValueError suggests the closest names.
+
+    Example:
+    >>> get_spec("preact-1001").units
+    (111, 111, 111)
+    >>> get_spec("preact-1010")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown model name 'preact-1010'. Did you mean ['preact-110', 'preact-1001'...
+    """
     if name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
         hint = f" Did you mean {close}?" if close else ""
