@@ -112,8 +112,9 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     """Loads a `.keras` file, or the `model.keras` of a `keras-preact train` run dir.
 
     A network `keras_preact` built comes back as one (`keras_preact.spec_of` reads its
-    spec): from its own file, or from a run dir's plain `model.keras` and the run's
-    `config.json`. Any other file is `keras.saving.load_model`'s, with `safe_mode` on.
+    spec): from its own file, or from a plain `model.keras` a run wrote, which names its
+    network inside (older ones: the run dir's `config.json`). Any other file is
+    `keras.saving.load_model`'s, with `safe_mode` on.
     Either way with room for Keras' recursive graph walk, which the 1000-layer nets need
     (Python's default recursion limit is too low).
     That room comes from the file's own layer count, so a file asking for more than

@@ -63,7 +63,7 @@ def timm_module(layer_name: str) -> str | None:
 
 def read_checkpoint(checkpoint: Checkpoint) -> dict[str, np.ndarray]:
     """The tensors of a `.safetensors` file (read with numpy), or a dict of arrays as given."""
-    if isinstance(checkpoint, dict):
+    if isinstance(checkpoint, Mapping):
         return {str(key): np.asarray(value) for key, value in checkpoint.items()}
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise ValueError("`checkpoint` must be a .safetensors path or a dict of numpy arrays. "

@@ -116,7 +116,7 @@ def register(record: WeightsRecord | ConvertedRecord) -> None:
     _RECORDS[key] = record
 
 
-def released(model: str) -> dict[str, WeightsRecord]:
+def released(model: str) -> dict[str, WeightsRecord | ConvertedRecord]:
     """The published tags of registered network `model`, by tag.
 
     Example:

@@ -17,7 +17,7 @@ unit's input and recomputes the whole unit (memory mode). What each costs and sa
 measured in benchmarks/README.md.
 
 `keras_preact.builder` builds these layers (`stages="scan"`); `keras_preact.scan` converts
-models between the two forms and reads files.
+models between the two forms, and `keras_preact.weights` reads files into either.
 
 Example:
 >>> import keras_preact

@@ -50,7 +50,7 @@ def main() -> None:
     os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
     model.save_weights(path)
     test_split = sources.dataset_info(config["dataset"]).eval_split
-    _, val_split = data.train_val_splits(config["val_examples"])
+    train_split, val_split = data.train_val_splits(config["val_examples"])
     accuracy = {split: round(evaluate(model, dataset=config["dataset"], split=split,
                                       data_dir=args.data_dir, download=False)["accuracy"], 4)
                 for split in (test_split, val_split) if split}
@@ -58,7 +58,6 @@ def main() -> None:
     last = rundir.read_sessions(args.run_dir)[-1]
     ended = (datetime.datetime.fromisoformat(last["started"])
              + datetime.timedelta(seconds=last["seconds"])).date().isoformat()
-    train_split, _ = data.train_val_splits(config["val_examples"])
     steps = config["steps"]
     iterations = f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
     reached = f"{100 * accuracy[test_split]:.2f} % on the {test_split} split" + (

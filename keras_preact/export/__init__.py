@@ -7,9 +7,9 @@
   preprocessing inside, probabilities out, class names in its metadata.
 
 Every format is written to a temporary name and renamed into place once complete, and never
-replaces what exists. What is exported is `loading.load_for_export`'s model, in its
-`serving_form`. Only `runtimes` is imported up front (the CLI reads its formats); the rest
-needs TensorFlow and loads when used.
+replaces what exists. What is exported is `loading.load_for_export`'s model (a SavedModel
+in its `serving_form`, the other formats as the plain layer graph). Only `runtimes` is
+imported up front (the CLI reads its formats); the rest needs TensorFlow and loads when used.
 
 Example:
 >>> import os, tempfile, keras_preact

@@ -1,5 +1,5 @@
-"""What an export starts from: a model, a `.keras` file or a run dir, loaded in the form it
-is exported in (`serving_form`)."""
+"""What an export starts from: a model, a `.keras` file or a run dir, loaded as
+`load_for_inference` gives it, and the form a SavedModel is exported in (`serving_form`)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _run_model_name(path: str) -> str:
 
 
 def serving_form(model: keras.Model) -> keras.Model:
-    """The form a model is exported in: full pre-activation nets with scanned stages.
+    """The form a SavedModel is exported in: full pre-activation nets with scanned stages.
 
     Same outputs as the plain layer graph (`keras_preact.scan`), but a SavedModel with one
     loop per stage instead of a layer graph that grows with depth: it exports and loads in

@@ -9,7 +9,7 @@ IMAGENET_AREA = (0.08, 1.0)
 IMAGENET_ASPECT = (3 / 4, 4 / 3)
 
 
-def augment_cifar(image, seed=None):
+def augment_cifar(image):
     """4-pixel zero padding, random 32x32 crop, random horizontal flip (paper, Appendix).
 
     Example:
@@ -21,8 +21,8 @@ def augment_cifar(image, seed=None):
 
     height, width = image.shape[0] or 32, image.shape[1] or 32
     padded = tf.pad(image, [[CIFAR_PAD, CIFAR_PAD], [CIFAR_PAD, CIFAR_PAD], [0, 0]])
-    image = tf.image.random_crop(padded, (height, width, 3), seed=seed)
-    return tf.image.random_flip_left_right(image, seed=seed)
+    image = tf.image.random_crop(padded, (height, width, 3))
+    return tf.image.random_flip_left_right(image)
 
 
 def augment_imagenet(image, size: int = 224):

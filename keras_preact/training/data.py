@@ -8,8 +8,6 @@ the same numbers.
 
 from __future__ import annotations
 
-# TensorFlow and preprocessing (Keras) are imported where used: `keras-preact train --help`
-# reads this module (through TrainConfig) and must answer at once.
 from keras_preact.datasets import DATASETS, DatasetInfo
 from keras_preact.training.augment import augment_cifar, augment_imagenet
 from keras_preact.training.sources import dataset_info

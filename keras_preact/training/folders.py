@@ -33,7 +33,6 @@ SPLIT = re.compile(r"^all(?:\[(-?\d*):(-?\d*)\])?$")
 
 @dataclasses.dataclass(frozen=True)
 class ImageFolder:
-    root: str
     class_names: tuple[str, ...]
     files: tuple[str, ...]  # in the fixed split order (SPLIT_SEED)
     labels: tuple[int, ...]
@@ -69,7 +68,7 @@ def scan(root: str) -> ImageFolder:
         files += found
         labels += [label] * len(found)
     order = np.random.default_rng(SPLIT_SEED).permutation(len(files))
-    return ImageFolder(root, tuple(names), tuple(files[i] for i in order),
+    return ImageFolder(tuple(names), tuple(files[i] for i in order),
                        tuple(labels[i] for i in order))
 
 

@@ -69,8 +69,7 @@ def _tfds_info(name: str, data_dir: str | None) -> DatasetInfo:
 
 
 def check_source(name: str, data_dir: str | None = None, download: bool = False):
-    """What `check_split` checks first, without TensorFlow (the CLI calls it before TensorFlow
-    starts, which takes 8-17 s on 2 busy cores): `name` is an image folder, or a TFDS
+    """What `check_split` checks first, with no TensorFlow op: `name` is an image folder, or a TFDS
     image-classification dataset whose data dir exists and which is prepared or, with
     `download`, whose download hosts answer (one probe each, `PROBE_TIMEOUT_S` at most).
     Returns the TFDS builder (None for a folder).

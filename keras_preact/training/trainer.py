@@ -74,7 +74,8 @@ def train(
     parameters, lr `lr` divided by 10 at 50 % and 75 % of `steps` (ImageNet: epochs 30 and 60
     of 90), `warmup_steps` at `warmup_lr` first (default on CIFAR: the paper's 400 of 64,000
     iterations, scaled with `steps`; 0 on ImageNet); `TrainConfig` documents every field.
-    With `download`, TFDS downloads and prepares CIFAR into `data_dir` if it is not there yet.
+    With `download`, TFDS downloads and prepares the dataset into `data_dir` if it is not
+    there yet (imagenet2012 excepted: its files are a manual download).
     Rerunning the same call after an interruption resumes from `output/backup`.
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     Multi-worker runs wait `connect_timeout` seconds at most for the other workers
@@ -202,7 +203,6 @@ def default_warmup_steps(steps: int, family: str) -> int:
 
 def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_split,
          val_split, held_out, start, verbose):
-    import keras
     import tensorflow as tf
 
     if config.deterministic:  # process-wide: TensorFlow has no public way back
@@ -336,7 +336,6 @@ def _check_input_size(spec, family: str) -> None:
 
 
 def _versions() -> dict:
-    import keras
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
