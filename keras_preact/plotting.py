@@ -116,20 +116,23 @@ def plot_runs(
     FigureCanvasAgg(fig)
     ax_loss, ax_lr = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
     ax_err = ax_loss.twinx()
+    errors = set()  # which errors the runs recorded, for the axis label
     for k, (metrics, label) in enumerate(zip(runs, labels)):
         colour = f"C{k % 10}"
         steps = metrics["step"]
         ax_loss.plot(steps, metrics["loss"], "--", color=colour, label=f"{label} train loss")
-        for column, name in (("test_accuracy", "test error"), ("val_accuracy", "val error")):
+        for column, name, kind in (("test_accuracy", "test error", "test"),
+                                   ("val_accuracy", "val error", "validation")):
             if column in metrics and not np.all(np.isnan(metrics[column])):
                 ax_err.plot(steps, error_percent(metrics[column]), "-", color=colour,
                             label=f"{label} {name}")
+                errors.add(kind)
         if "lr" in metrics:
             # The lr logged for an epoch held through it: a step plot ending at its step.
             ax_lr.plot(steps, metrics["lr"], "-", color=colour, label=label, drawstyle="steps-pre")
 
     ax_loss.set_ylabel("training loss (dashed)")
-    ax_err.set_ylabel("test / validation error % (solid)")
+    ax_err.set_ylabel(f"{' / '.join(sorted(errors))} error % (solid)".lstrip())
     ax_lr.set_ylabel("learning rate")
     ax_lr.set_xlabel("iterations")
     lrs = [m["lr"] for m in runs if "lr" in m]

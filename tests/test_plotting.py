@@ -60,9 +60,10 @@ def test_plot_runs_lines_carry_the_metrics(two_runs, tmp_path):
     assert lines["resnet-110"].get_color() != lines["preact-110"].get_color()
     np.testing.assert_allclose(lines["resnet-110"].get_ydata(), [0.1, 0.1, 0.01])
     assert fig.axes[1].get_yscale() == "log"
+    assert fig.axes[2].get_ylabel() == "validation error % (solid)"  # the error axis says which
 
 
-def test_a_run_without_a_validation_slice_plots_its_test_error(tmp_path):
+def test_a_run_without_a_validation_slice_plots_its_test_error(tmp_path, two_runs):
     # What the trainer writes with --val-examples 0 (rundir.METRICS_COLUMNS)
     run = write_run(tmp_path, "preact-20", [(0, 390, 0.1, 1.8, 0.31, "", "", 1.6, 0.41),
                                             (1, 780, 0.1, 1.4, 0.50, "", "", 1.2, 0.57)],
@@ -70,6 +71,8 @@ def test_a_run_without_a_validation_slice_plots_its_test_error(tmp_path):
     lines = lines_by_label(plotting.plot_runs([run]))
     np.testing.assert_allclose(lines["preact-20 test error"].get_ydata(), [59.0, 43.0])
     assert "preact-20 val error" not in lines
+    fig = plotting.plot_runs([run, two_runs[0]])
+    assert fig.axes[2].get_ylabel() == "test / validation error % (solid)"
 
 
 def test_plot_runs_writes_image_atomically(two_runs, tmp_path):
@@ -82,8 +85,9 @@ def test_plot_runs_writes_image_atomically(two_runs, tmp_path):
 def test_missing_val_columns_plot_loss_only(tmp_path):
     rows = [(1, 10, 0.1, 2.0, 0.3, "", ""), (2, 20, 0.1, 1.8, 0.35, "", "")]
     run = write_run(tmp_path, "no-val", rows)
-    lines = lines_by_label(plotting.plot_runs([run]))
-    assert set(lines) == {"no-val train loss", "no-val"}
+    fig = plotting.plot_runs([run])
+    assert set(lines_by_label(fig)) == {"no-val train loss", "no-val"}
+    assert fig.axes[2].get_ylabel() == "error % (solid)"
 
 
 def test_errors_name_the_problem(tmp_path, two_runs):
