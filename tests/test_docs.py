@@ -46,3 +46,11 @@ def test_readmes_models_table_is_what_list_prints(capsys):
     # a header, a rule and a row per registered name
     assert table.count("\n") == 2 + len(keras_preact.list_models())
     assert table in readme.split("## Models")[1]
+
+
+def test_the_docs_counts_of_preact_1001_are_the_builds():
+    """The README and benchmarks/README.md quote the plain layer graph's size."""
+    model = keras_preact.build("preact-1001")
+    layers, variables = f"{len(model.layers):,} layers", f"{len(model.variables):,} variables"
+    assert f"graph of {layers}" in (ROOT / "README.md").read_text()
+    assert f"plain layers: {layers}, {variables}" in (ROOT / "benchmarks" / "README.md").read_text()
