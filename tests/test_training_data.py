@@ -49,6 +49,28 @@ def test_real_cifar10_split_sizes(cifar10_data_dir):
     assert sources.check_split("cifar10", "test", cifar10_data_dir) == 10000
 
 
+def test_keras_under_a_strategy_scores_every_held_out_image(cifar10_data_dir):
+    # As the trainer validates: fit's evaluate inside a tf.distribute strategy. With an
+    # in-memory cache in the pipeline (TFDS' auto-cache of CIFAR, or one of ours), about half
+    # of such validations scored 41-63 of these 64 images, and a CI run logged every epoch
+    # on 59: the cache's first pass ended early and was kept.
+    import keras
+
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        net = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                                keras.layers.Dense(10)])
+        accuracy = keras.metrics.SparseCategoricalAccuracy()
+        net.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    metrics=[accuracy])
+    scored = []
+    for _ in range(12):
+        ds = data.eval_dataset("cifar10", "train[-64:]", 32, cifar10_data_dir)
+        for _ in range(2):  # each epoch's validation reads the same dataset again
+            net.evaluate(ds, verbose=0)
+            scored.append(int(accuracy.count.numpy()))
+    assert scored == [64] * 24
+
+
 def test_a_missing_split_names_the_available_ones(cifar10_data_dir, tmp_path):
     # A data dir of its own whose cifar10 has no test split: the real one's info, minus it.
     version = "cifar10/3.0.2"

@@ -178,7 +178,7 @@ def test_evaluate_computes_what_the_trainers_validation_computes(finished_run, c
     _, val_split = data.train_val_splits(config["val_examples"])
     result = training.evaluate(model, split=val_split, data_dir=cifar10_data_dir)
     trainers = model.evaluate(data.eval_dataset("cifar10", val_split, config["batch_size"],
-                                                cifar10_data_dir, cache=True),
+                                                cifar10_data_dir),
                               return_dict=True, verbose=0)
     assert result["examples"] == 500
     assert result["accuracy"] == pytest.approx(trainers["accuracy"], abs=1e-6)

@@ -218,7 +218,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     # held-out split, for test-error curves like the paper's; no decision is made from them.
     val_ds = None if not held_out else data.eval_dataset(
         source, held_out, config.batch_size, config.data_dir, image_size=size,
-        cache=spec.family == "cifar", preprocessing=preprocessing)
+        preprocessing=preprocessing)
     schedule = paper_schedule(
         steps, config.lr, config.warmup_steps, config.warmup_lr,
         boundaries=CIFAR_RECIPE.lr_drops if spec.family == "cifar" else IMAGENET_LR_DROPS,
