@@ -5,7 +5,7 @@
 DIR holds CIFAR-10 prepared by TFDS (default: TFDS' own data dir); this repository's tests
 use `../shared/tensorflow_datasets`.
 
-Every pass decodes the split's PNGs again (no in-memory cache: keras_preact/training/data.py).
+Every pass decodes the split's PNGs again (no in-memory cache: README.md here says why).
 Compare with the model's training speed (fit's ms/step in the progress bar).
 """
 

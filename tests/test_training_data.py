@@ -50,10 +50,9 @@ def test_real_cifar10_split_sizes(cifar10_data_dir):
 
 
 def test_keras_under_a_strategy_scores_every_held_out_image(cifar10_data_dir):
-    # As the trainer validates: fit's evaluate inside a tf.distribute strategy. With an
-    # in-memory cache in the pipeline (TFDS' auto-cache of CIFAR, or one of ours), about half
-    # of such validations scored 41-63 of these 64 images, and a CI run logged every epoch
-    # on 59: the cache's first pass ended early and was kept.
+    # As the trainer validates: fit's evaluate inside a tf.distribute strategy. With TFDS'
+    # auto-cache of CIFAR on, about half of these scored fewer than 64 images
+    # (benchmarks/README.md, "Input pipeline").
     import keras
 
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():

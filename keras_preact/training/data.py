@@ -65,8 +65,7 @@ def _load(name, split: str, data_dir: str | None, shuffle_files: bool,
         shuffle_files=shuffle_files,
         # No TFDS auto-cache (on for small sets such as CIFAR), nor a cache of ours: read by
         # Keras under a tf.distribute strategy, an in-memory cache's first pass can end
-        # early and keep part of the split for good (half the validations of 64 images
-        # scored 41-63; tests/test_training_data.py). Decoding CIFAR again costs ~3 s a pass.
+        # early and keep part of the split for good (benchmarks/README.md, "Input pipeline").
         read_config=tfds.ReadConfig(shuffle_seed=seed, try_autocache=False),
     )
     return ds.map(lambda x, y: (to_rgb(x), y))
