@@ -32,6 +32,11 @@ from keras_preact.specs import registered, resolve
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "released")
 # Keras' cache subdirectory for files downloaded from a record's URL.
 CACHE_SUBDIR = "keras_preact"
+# The precision a published figure is scored in: what `build(name, weights=TAG)` computes in
+# (Keras' default dtype policy), whatever precision the run trained in. A figure scored in the
+# run's own mixed_bfloat16 differs by up to 0.09 points (benchmarks/README.md, "Published
+# figures"); float32 reproduces on other CPUs.
+SCORED_IN = "float32"
 # The spec fields published weights leave free (channels aside: they must stay RGB).
 HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "input_shape")
 
@@ -46,7 +51,7 @@ class WeightsRecord:
     file: str  # file name: in PACKAGE_DIR, or the cache name of a download
     sha256: str
     # The headline figure: on the dataset's official held-out split (`test_split`), measured
-    # on this file with `keras-preact evaluate NAME --weights TAG --split test`.
+    # on this file with `keras-preact evaluate NAME --weights TAG --split test`, in SCORED_IN.
     test_accuracy: float
     # The registered network whose paper figure (`keras_preact.paper`) this tag is compared
     # with, e.g. "resnet-20" (He et al. 2015) for preact-20, which the paper does not report.

@@ -27,6 +27,9 @@ from keras_preact.training.config import TrainConfig, add_arguments
 RECORDS = [r for r in pretrained.all_records() if isinstance(r, pretrained.WeightsRecord)]
 IDS = [f"{r.model}:{r.tag}" for r in RECORDS]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# How close `build(name, weights=TAG)` must come to a record's figures (the cards say ±0.05
+# points); the served SavedModel to SERVED_TO (float32 round-off may flip near-ties).
+REPRODUCED_TO, SERVED_TO = 0.0005, 0.003
 README = (ROOT / "README.md").read_text()
 
 
@@ -62,6 +65,8 @@ def test_each_tag_has_a_model_card_with_its_curves(record):
     assert f"**{100 * record.test_accuracy:.2f} %** on the official test split" in card
     assert PAPER_RESULTS[record.compare_with].split()[0] in card  # the paper's figure beside it
     flat = " ".join(card.split())  # the card may wrap a line
+    assert f"scored in {pretrained.SCORED_IN}" in flat
+    assert f"±{100 * REPRODUCED_TO:.2g} points by `tests/test_released.py`" in flat
     assert record.command.replace(" --data-dir DATA_DIR", "") in flat  # how to reproduce it
     assert f"{record.wall_time_h:.1f} h" in flat
 
@@ -151,9 +156,13 @@ def test_accuracy_reproduces_the_record_and_is_served(record, test_split, cifar1
     measured = {split: evaluate(model, dataset=record.dataset, split=split,
                                 data_dir=cifar10_data_dir, download=False)["accuracy"]
                 for split in (record.test_split, record.val_split) if split}
-    assert measured[record.test_split] == pytest.approx(record.test_accuracy, abs=0.003)
+    # In the precision the record was scored in, on any CPU (issue 41: a figure scored in the
+    # run's mixed_bfloat16 was 0.09 points off what users get)
+    assert model.dtype_policy.name == pretrained.SCORED_IN
+    assert measured[record.test_split] == pytest.approx(record.test_accuracy, abs=REPRODUCED_TO)
     if record.val_split:
-        assert measured[record.val_split] == pytest.approx(record.val_accuracy, abs=0.003)
+        assert measured[record.val_split] == pytest.approx(record.val_accuracy,
+                                                           abs=REPRODUCED_TO)
 
     images, labels = test_split(record)
     keras_top = np.argmax(model.predict(preprocess_input(images), batch_size=500, verbose=0), -1)
@@ -166,7 +175,7 @@ def test_accuracy_reproduces_the_record_and_is_served(record, test_split, cifar1
     assert np.mean(keras_top == labels) == pytest.approx(measured[record.test_split], abs=1e-4)
     # float32 round-off may flip a near-tie, nothing more
     assert np.mean(served_top == keras_top) >= 0.999
-    assert np.mean(served_top == labels) == pytest.approx(record.test_accuracy, abs=0.003)
+    assert np.mean(served_top == labels) == pytest.approx(record.test_accuracy, abs=SERVED_TO)
 
 
 @pytest.mark.parametrize("constructor, name", [(applications.PreActResNet20, "preact-20"),

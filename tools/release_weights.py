@@ -6,7 +6,9 @@
 Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
 RUN_DIR/model.keras, whatever form the run trained in), measures that file's accuracy on the
 dataset's official test split (and on the run's validation slice, if it held one out) with
-`keras_preact.training.evaluate`, as `keras-preact evaluate NAME --weights TAG` does, and
+`keras_preact.training.evaluate`, as `keras-preact evaluate NAME --weights TAG` does: the file
+in `build(NAME, weights=FILE)`, which computes in `pretrained.SCORED_IN` whatever precision the
+run trained in (its model.keras keeps the run's dtype policy, e.g. mixed_bfloat16), and
 prints the
 `register(...)` call to paste into keras_preact/published.py. The
 figures come from the run's own files (config.json; sessions.json for the wall time, summed
@@ -49,6 +51,9 @@ def main() -> None:
     path = os.path.join(pretrained.PACKAGE_DIR, file)
     os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
     model.save_weights(path)
+    # Scored as a user gets it, not in the run's dtype policy that model.keras carries.
+    model = keras_preact.build(config["model"], weights=path, **config["overrides"])
+    assert model.dtype_policy.name == pretrained.SCORED_IN, model.dtype_policy.name
     test_split = sources.dataset_info(config["dataset"]).eval_split
     train_split, val_split = data.train_val_splits(config["val_examples"])
     accuracy = {split: round(evaluate(model, dataset=config["dataset"], split=split,
@@ -60,7 +65,8 @@ def main() -> None:
              + datetime.timedelta(seconds=last["seconds"])).date().isoformat()
     steps = config["steps"]
     iterations = f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
-    reached = f"{100 * accuracy[test_split]:.2f} % on the {test_split} split" + (
+    reached = (f"{100 * accuracy[test_split]:.2f} % on the {test_split} split, scored in "
+               f"{pretrained.SCORED_IN}") + (
         f", {100 * accuracy[val_split]:.2f} % on {val_split}" if val_split else "")
     earlier = getattr(pretrained.released(config["model"]).get(args.tag), "runs", ())
     runs = tuple(r.replace("published (this file)", f"published, replaced on {ended}")
