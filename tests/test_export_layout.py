@@ -205,7 +205,7 @@ def test_exports_from_keras_file_and_run_dir(model, run_dir, tmp_path):
     from_file = export_model(run_dir / "model.keras", tmp_path / "a")
     assert from_file == str(tmp_path / "a" / model.name / "1")
     from_run = export_model(run_dir, tmp_path / "b", labels=[f"c{i}" for i in range(10)])
-    assert from_run == str(tmp_path / "b" / "preact-20" / "1")
+    assert from_run == str(tmp_path / "b" / run_dir.name / "1")  # the run's own name
 
     import numpy as np
     import tensorflow as tf
@@ -250,14 +250,60 @@ def test_bad_config_and_labels(model, run_dir, tmp_path):
 def test_cli_export_and_errors(run_dir, tmp_path, capsys):
     base = tmp_path / "base"
     assert cli.main(["export", str(run_dir), "--base", str(base), "--version", "3"]) == 0
-    assert capsys.readouterr().out.strip() == str(base / "preact-20" / "3")
-    assert os.path.exists(base / "preact-20" / "3" / "assets.extra" / "tf_serving_warmup_requests")
+    assert capsys.readouterr().out.strip() == str(base / run_dir.name / "3")
+    assert os.path.exists(base / run_dir.name / "3" / "assets.extra" / "tf_serving_warmup_requests")
 
     assert cli.main(["export", str(run_dir), "--base", str(base), "--version", "3"]) == 2
     assert "keras-preact export: error: Version 3" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "missing"), "--base", str(base)]) == 2
     assert "missing" in capsys.readouterr().err
-    assert listing(base / "preact-20") == ["3"]
+    assert listing(base / run_dir.name) == ["3"]
+
+
+def test_a_run_dir_exports_under_its_own_name_and_never_takes_over_another(run_dir,
+                                                                            tmp_path, capsys):
+    """Issue 42: a fine-tune's run dir exported beside the published network it started from
+    silently became that network's next version (and TF Serving's `latest`)."""
+    base = tmp_path / "base"
+    published = export_model(keras_preact.build("preact-20", depth=8), base, name="preact-20")
+    with open(os.path.join(published, layout.LABELS_FILE)) as f:
+        assert f.read().splitlines()[:2] == ["airplane", "automobile"]  # CIFAR-10's, in order
+    mine = tmp_path / "mine"  # a fine-tune on a folder: its run recorded the folder's names
+    mine.mkdir()
+    (mine / "model.keras").write_bytes((run_dir / "model.keras").read_bytes())
+    names = [f"c{i}" for i in range(10)]
+    (mine / "config.json").write_text(json.dumps({"model": "preact-20", "dataset": "folder",
+                                                  "class_names": names}))
+    assert export_model(mine, base) == str(base / "mine" / "1")
+    # under the published name, other classes are refused in one line, nothing written
+    assert cli.main(["export", str(mine), "--base", str(base), "--name", "preact-20"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--new-labels" in err
+    assert f"{base / 'preact-20'}: version 1 serves 10 classes (airplane, automobile, bird, " in err
+    assert listing(base / "preact-20") == ["1"]
+    with pytest.raises(ValueError, match=r"this model has 10 \(c0, c1, c2, c3, c4, \.\.\.\)"):
+        export_model(mine, base, name="preact-20")
+    # the same classes are a new version as before; other ones when asked for
+    cifar = list(keras_preact.labels.class_names(10))
+    assert export_model(mine, base, name="preact-20", labels=cifar).endswith(os.sep + "2")
+    assert export_model(mine, base, name="preact-20", new_labels=True).endswith(os.sep + "3")
+    assert layout.served_labels(str(base / "preact-20")) == (3, names)
+
+
+def test_versions_without_recorded_labels_are_not_compared(model, tmp_path):
+    (tmp_path / "m" / "4").mkdir(parents=True)  # e.g. written by another tool
+    assert layout.served_labels(str(tmp_path / "m")) is None
+    assert export_model(model, tmp_path, name="m", labels=list("abcdefghij")).endswith("5")
+
+
+def test_a_run_dir_name_tf_serving_cannot_take_names_the_flag(run_dir, tmp_path):
+    odd = tmp_path / "my run"
+    odd.mkdir()
+    for name in ("model.keras", "config.json"):
+        (odd / name).write_bytes((run_dir / name).read_bytes())
+    with pytest.raises(ValueError, match="'my run' cannot be a TF Serving model name .* --name"):
+        export_model(odd, tmp_path / "base")
+    assert export_model(odd, tmp_path / "base", name="mine").endswith(os.sep + "1")
 
 
 def test_cli_names_a_base_that_is_not_a_directory(run_dir, tmp_path, capsys):

@@ -30,7 +30,13 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--name",
-        help="model name: letters, digits, '.', '_', '-' (default: the run's model name)",
+        help="model name: letters, digits, '.', '_', '-' (default: a run dir's own name, "
+        "e.g. mine for runs/mine; else the network's)",
+    )
+    p.add_argument(
+        "--new-labels", action="store_true",
+        help="saved_model: allow other class names than the newest version under NAME serves "
+        "(refused by default: the server's latest version would change classes)",
     )
     p.add_argument(
         "--version",
@@ -46,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "saved_model" and (args.base is None or args.output is not None):
         raise ValueError("--format saved_model needs --base DIR (and takes no -o).")
-    saved_model_only = (args.base, args.name, args.version)
+    saved_model_only = (args.base, args.name, args.version, args.new_labels or None)
     if args.format != "saved_model" and (
             args.output is None or any(v is not None for v in saved_model_only)):
-        raise ValueError(f"--format {args.format} needs -o PATH (and takes no --base, --name "
-                         "or --version).")
+        raise ValueError(f"--format {args.format} needs -o PATH (and takes no --base, --name, "
+                         "--version or --new-labels).")
     # The paths before the model is built or loaded: a bad one costs no wait.
     if args.format == "saved_model":
         files.check_directory(args.base)
@@ -60,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
     from keras_preact.export import export_model
 
     print(export_model(model_from_args(args), args.base or args.output, args.format,
-                       name=args.name, version=args.version))
+                       name=args.name, version=args.version, new_labels=args.new_labels))
     return 0

@@ -32,15 +32,16 @@ if TYPE_CHECKING:  # the CLI imports this package before Keras
 
 def export_model(model_or_path: ModelOrPath, path: str | os.PathLike,
                  format: str = "saved_model", *, name: str | None = None,
-                 version: int | None = None, labels: Sequence[str] | None = None) -> str:
+                 version: int | None = None, labels: Sequence[str] | None = None,
+                 new_labels: bool = False) -> str:
     """Exports a classifier (a `keras.Model`, a `.keras` file or a trainer run dir) in
     `format`, one of `EXPORT_FORMATS`; returns what was written.
 
-    "saved_model": `path` is TF Serving's base dir; `name` (default: the run's model name or
-    the model's), `version` (default: the next free one) and `labels` (default: those the
-    run recorded) as `saved_model.export_saved_model` takes them. "onnx", "litert",
-    "openvino": `path` is the model file (`runtimes.export`); those take no name, version
-    or labels.
+    "saved_model": `path` is TF Serving's base dir; `name` (default: a run dir's own name or
+    the model's), `version` (default: the next free one), `labels` (default: those the run
+    recorded) and `new_labels` (allow other labels than the name's newest version has) as
+    `saved_model.export_saved_model` takes them. "onnx", "litert", "openvino": `path` is the
+    model file (`runtimes.export`); those take no name, version or labels.
     """
     if format not in EXPORT_FORMATS:
         raise ValueError(f"Unknown format {format!r}. Valid: {list(EXPORT_FORMATS)}.")
@@ -48,9 +49,9 @@ def export_model(model_or_path: ModelOrPath, path: str | os.PathLike,
         from keras_preact.export.saved_model import export_saved_model
 
         return export_saved_model(model_or_path, path, name=name, version=version,
-                                  labels=labels)
-    given = [k for k, v in {"name": name, "version": version, "labels": labels}.items()
-             if v is not None]
+                                  labels=labels, new_labels=new_labels)
+    given = [k for k, v in {"name": name, "version": version, "labels": labels,
+                            "new_labels": new_labels or None}.items() if v is not None]
     if given:
         raise ValueError(f"format={format!r} takes no {', '.join(given)} (SavedModel only).")
     from keras_preact.export.runtimes import export

@@ -12,7 +12,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from keras_preact.files import missing_dirs
 
@@ -23,6 +23,9 @@ _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _VERSION_PATTERN = re.compile(r"[0-9]+")  # ASCII only: str.isdigit() also takes '²'
 # TF Serving versions are int64: a larger directory number is never loaded.
 MAX_VERSION = 2**63 - 1
+# In each version keras_preact writes: its class names, one a line, in index order. TF Serving
+# ignores the file; the next export under the same name compares its own labels with it.
+LABELS_FILE = os.path.join("assets.extra", "keras_preact_labels.txt")
 
 
 def check_name(name: str) -> str:
@@ -68,6 +71,55 @@ def existing_versions(model_dir: str) -> list[int]:
         return []
     numbers = (int(entry) for entry in os.listdir(model_dir) if _VERSION_PATTERN.fullmatch(entry))
     return sorted(n for n in numbers if n <= MAX_VERSION)
+
+
+def write_labels(version_dir: str, labels: Sequence[str]) -> None:
+    """Writes `labels` into `version_dir`'s LABELS_FILE."""
+    path = os.path.join(version_dir, LABELS_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(f"{label}\n" for label in labels))
+
+
+def served_labels(model_dir: str) -> tuple[int, list[str]] | None:
+    """`(version, labels)` of the newest version in `model_dir` that keras_preact wrote labels
+    into; None if there is none (no version yet, or only versions written otherwise)."""
+    for version in reversed(existing_versions(model_dir)):
+        try:
+            with open(os.path.join(model_dir, str(version), LABELS_FILE), encoding="utf-8") as f:
+                return version, f.read().splitlines()
+        except OSError:
+            continue
+    return None
+
+
+def check_same_labels(model_dir: str, labels: Sequence[str], new_labels: bool = False) -> None:
+    """ValueError unless the newest labelled version in `model_dir` has exactly `labels`, or
+    `new_labels` allows other ones: a server that loads the latest version would otherwise
+    answer the old model's URL with another model's classes.
+
+    Example:
+    >>> import tempfile
+    >>> model_dir = tempfile.mkdtemp()
+    >>> write_labels(os.path.join(model_dir, "1"), ["cat", "dog"])
+    >>> check_same_labels(model_dir, ["cat", "frog", "ship"])
+    Traceback (most recent call last):
+    ...
+    ValueError: ... version 1 serves 2 classes (cat, dog); this model has 3 (cat, frog, ship)...
+    """
+    served = served_labels(model_dir)
+    if new_labels or served is None or list(labels) == served[1]:
+        return
+    version, old = served
+
+    def listed(names):
+        return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+    raise ValueError(
+        f"{model_dir}: version {version} serves {len(old)} classes ({listed(old)}); this model "
+        f"has {len(labels)} ({listed(list(labels))}). Export it under another --name, or pass "
+        "--new-labels (`new_labels=True`) to make it the next version of this one."
+    )
 
 
 def _alive(pid: int) -> bool:
