@@ -28,7 +28,7 @@ from keras_preact.export.layout import (
 )
 from keras_preact.export.loading import load_for_export, serving_form
 from keras_preact.files import check_directory
-from keras_preact.labels import class_names, recorded_names
+from keras_preact.labels import recorded_names
 
 
 def export_saved_model(
@@ -73,7 +73,7 @@ def export_saved_model(
     """
     import tensorflow as tf
 
-    from keras_preact.export.signatures import build_signatures, model_side
+    from keras_preact.export.signatures import build_signatures, model_side, served_labels
     from keras_preact.export.warmup import write_warmup
 
     check_version(version)  # the arguments first: loading a model takes a while
@@ -85,8 +85,9 @@ def export_saved_model(
     name = name or _default_name(default_name)
     model = serving_form(model)
     if labels is None:  # a run dir's recorded names (a fine-tune on a folder), else defaults
-        labels = recorded_names(model_or_path) or class_names(model.output_shape[-1])
+        labels = recorded_names(model_or_path)
     functions = build_signatures(model, labels)  # refuses a model or labels it cannot serve
+    labels = served_labels(model, labels)
     model_dir = os.path.join(os.fspath(base_dir), name)
     check_same_labels(model_dir, labels, new_labels)
     side = model_side(model)

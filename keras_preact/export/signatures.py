@@ -141,6 +141,13 @@ def _traced(*specs: tf.TensorSpec):
     return tf.function(input_signature=list(specs), autograph=False)
 
 
+def served_labels(model: keras.Model, labels: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The class names a classifier's signatures serve: `labels`, checked against its
+    outputs, or `keras_preact.labels.class_names`' defaults."""
+    num_classes = model.output_shape[-1]
+    return class_names(num_classes) if labels is None else check_names(labels, num_classes)
+
+
 def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) -> dict:
     """`{signature name: tf.function}` for `model`, with `labels` as the class names (default
     `keras_preact.labels.class_names`). Checks the model and labels; traces nothing yet.
@@ -155,8 +162,7 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
     side = model_side(model)
     probabilities = classifier_probabilities(model)
     num_classes = model.output_shape[-1]
-    labels = class_names(num_classes) if labels is None else check_names(labels, num_classes)
-    names = tf.constant(labels, tf.string)
+    names = tf.constant(served_labels(model, labels), tf.string)
     k = min(TOP_K, num_classes)
 
     @_traced(tf.TensorSpec([None, side, side, 3], tf.float32))
