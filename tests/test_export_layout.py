@@ -287,12 +287,12 @@ def test_a_run_dir_exports_under_its_own_name_and_never_takes_over_another(run_d
     cifar = list(keras_preact.labels.class_names(10))
     assert export_model(mine, base, name="preact-20", labels=cifar).endswith(os.sep + "2")
     assert export_model(mine, base, name="preact-20", new_labels=True).endswith(os.sep + "3")
-    assert layout.served_labels(str(base / "preact-20")) == (3, names)
+    assert layout.newest_labels(str(base / "preact-20")) == (3, names)
 
 
 def test_versions_without_recorded_labels_are_not_compared(model, tmp_path):
     (tmp_path / "m" / "4").mkdir(parents=True)  # e.g. written by another tool
-    assert layout.served_labels(str(tmp_path / "m")) is None
+    assert layout.newest_labels(str(tmp_path / "m")) is None
     assert export_model(model, tmp_path, name="m", labels=list("abcdefghij")).endswith("5")
 
 

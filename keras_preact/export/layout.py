@@ -81,7 +81,7 @@ def write_labels(version_dir: str, labels: Sequence[str]) -> None:
         f.write("".join(f"{label}\n" for label in labels))
 
 
-def served_labels(model_dir: str) -> tuple[int, list[str]] | None:
+def newest_labels(model_dir: str) -> tuple[int, list[str]] | None:
     """`(version, labels)` of the newest version in `model_dir` that keras_preact wrote labels
     into; None if there is none (no version yet, or only versions written otherwise)."""
     for version in reversed(existing_versions(model_dir)):
@@ -107,7 +107,7 @@ def check_same_labels(model_dir: str, labels: Sequence[str], new_labels: bool = 
     ...
     ValueError: ... version 1 serves 2 classes (cat, dog); this model has 3 (cat, frog, ship)...
     """
-    served = served_labels(model_dir)
+    served = newest_labels(model_dir)
     if new_labels or served is None or list(labels) == served[1]:
         return
     version, old = served
