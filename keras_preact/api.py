@@ -45,7 +45,10 @@ def build(name: str, *, stages: str = "layers", weights: str | None = None,
         **overrides: any `ResNetSpec` field, e.g. `unit="relu-only-preact"` (Fig. 4),
             `shortcut="exclusive-gating", gate_bias=-6.0` (Table 1), `block="single"`
             (Table 3), `depth=56`, `classes=100`, `input_shape=(64, 64, 3)`,
-            `include_top=False, pooling="avg"`, `classifier_activation=None`.
+            `include_top=False, pooling="avg"`, `classifier_activation=None`,
+            `include_preprocessing=True` (raw RGB pixels in [0, 255] in, normalized by the
+            model's first layer with its weights' statistics; default False: the model
+            takes `preprocess_input(x)`, as the trainer feeds it and exports wrap it).
         stages: "layers" (default): one Keras layer per BN/ReLU/conv/Add, the graph
             to export and inspect. "scan": each stage's identical units run as one
             `keras_preact.scan.ScannedUnits` loop: same math and parameters, start-up
@@ -58,7 +61,8 @@ def build(name: str, *, stages: str = "layers", weights: str | None = None,
         An uncompiled `keras_preact.network.ResNet` (a functional `keras.Model` that
         carries its spec: `keras_preact.spec_of`) taking RGB images normalized by
         `keras_preact.applications.preprocess_input` (or images of the channels
-        `input_shape` gives, e.g. `(None, None, 1)`: any size, any channel count).
+        `input_shape` gives, e.g. `(None, None, 1)`: any size, any channel count), or
+        raw pixels with `include_preprocessing=True`.
 
     Example:
     >>> model = build("preact-110", classes=100)

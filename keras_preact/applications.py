@@ -47,9 +47,15 @@ ARGS_DOC = """
         classifier_activation: the name of a Keras activation for the classifier, or None
             for logits. Ignored unless `include_top=True`.
         name: the model's name. Default: {name}.
+        include_preprocessing: True: the model takes raw RGB pixels in [0, 255] (uint8 or
+            float) and normalizes them itself, first, with the statistics of its weights
+            (a weightless `keras.layers.Rescaling` layer named "preprocessing").
+            Default False: the model takes `preprocess_input(x)`, as it is trained, served
+            and exported (Keras' ResNet and ResNetV2 take it so too).
 
     Returns:
-        An uncompiled `keras.Model` taking images normalized by `preprocess_input`.
+        An uncompiled `keras.Model` taking images normalized by `preprocess_input`, or raw
+        pixels with `include_preprocessing=True`.
 """
 # What `help(PreActResNet164)` shows before the arguments: the network, the paper's figure
 # (`keras_preact.paper`) and an example.
@@ -93,6 +99,7 @@ def application(
     classes: int | None = None,
     classifier_activation: str | None = "softmax",
     name: str | None = None,
+    include_preprocessing: bool = False,
 ) -> keras.Model:
     """Builds registered network `model_name` (`keras_preact.list_models()`) with Keras
     Applications arguments: what every constructor calls.
@@ -106,6 +113,7 @@ def application(
         "include_top": include_top,
         "pooling": pooling,
         "classifier_activation": classifier_activation,
+        "include_preprocessing": include_preprocessing,
     }
     if classes is not None:
         overrides["classes"] = classes
@@ -184,6 +192,7 @@ def _constructor(public_name: str, model_name: str):
         classes: int = spec.classes,
         classifier_activation: str | None = "softmax",
         name: str | None = None,
+        include_preprocessing: bool = False,
     ) -> keras.Model:
         return application(
             trained_as(model_name, weights),
@@ -195,6 +204,7 @@ def _constructor(public_name: str, model_name: str):
             classes,
             classifier_activation,
             name,
+            include_preprocessing,
         )
 
     constructor.__name__ = constructor.__qualname__ = public_name

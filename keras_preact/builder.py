@@ -12,6 +12,8 @@ import keras
 
 from keras_preact import blocks
 from keras_preact.introspect import FINAL_PREFIX, scan_layer, stage_of, unit_prefix
+from keras_preact.preprocessing import scale_and_offset
+from keras_preact.pretrained import preprocessing_for
 from keras_preact.scanned_units import check_scannable, scanned_units
 from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 
@@ -19,6 +21,8 @@ from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 # (BN, ReLU, conv, gate, its complement, two products, add). Stem, final BN-ReLU and head fit
 # in the two weighted layers `depth` counts beyond the units.
 LAYERS_PER_CONV = 8
+# The name of the normalization layer first in a network with `include_preprocessing=True`.
+PREPROCESSING = "preprocessing"
 
 
 def stem(x: blocks.Tensor, spec: ResNetSpec) -> blocks.Tensor:
@@ -140,6 +144,8 @@ def graph(spec: ResNetSpec, stages: str = "layers",
         sources = keras.utils.get_source_inputs(input_tensor)
         inputs = sources[0] if len(sources) == 1 else sources
         x = input_tensor
+    if spec.include_preprocessing:
+        x = preprocessing_layer(spec)(x)
     x = stem(x, spec)
     for s, (n_units, width) in enumerate(zip(spec.units, spec.widths), start=1):
         for u in range(1, n_units + 1):
@@ -159,6 +165,15 @@ def graph(spec: ResNetSpec, stages: str = "layers",
             )
     allow_deep_graph(layer_bound(spec))
     return inputs, head(x, spec)
+
+
+def preprocessing_layer(spec: ResNetSpec) -> keras.layers.Rescaling:
+    """The first layer of a network built with `include_preprocessing=True`:
+    `preprocess_input` with the statistics its weights were trained with
+    (`pretrained.preprocessing_for`), as a weightless Keras layer any runtime can load."""
+    scale, offset = scale_and_offset(preprocessing_for(spec).stats)
+    # float32 whatever the policy: raw pixels up to 255 lose precision in bfloat16.
+    return keras.layers.Rescaling(list(scale), list(offset), dtype="float32", name=PREPROCESSING)
 
 
 @contextlib.contextmanager

@@ -47,6 +47,10 @@ class ResNet(keras.Model):
         self.stages = stages
         set_options(self, **(options or {}))
 
+    def __call__(self, inputs, *args, **kwargs):
+        _check_pixels(self, inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
     def get_config(self) -> dict:
         loops = scanned_layers(self)
         return {"name": self.name, "trainable": self.trainable, "stages": self.stages,
@@ -60,9 +64,28 @@ class ResNet(keras.Model):
         return cls(spec_in(config), **rest)
 
 
+def _check_pixels(model: ResNet, inputs) -> None:
+    """Refuses integer images (raw uint8 pixels) for a network that takes normalized ones:
+    Keras would cast them to float and the network, seeing values 100x too large, would
+    answer at chance level without a word."""
+    dtype = getattr(inputs, "dtype", None)
+    if model.spec.include_preprocessing or dtype is None:
+        return
+    dtype = keras.backend.standardize_dtype(dtype)
+    if "int" in dtype:
+        raise ValueError(
+            f"{model.name!r} takes images normalized by "
+            "`keras_preact.applications.preprocess_input`, or raw pixels when built with "
+            f"`include_preprocessing=True`. Received: {dtype} images of shape "
+            f"{tuple(inputs.shape)}; pass preprocess_input(images) or build the model "
+            "with include_preprocessing=True."
+        )
+
+
 def spec_in(config: dict) -> ResNetSpec:
-    """The spec in a `ResNet`'s config (`get_config`, or a `.keras` file's "config")."""
-    return ResNetSpec(**{field: config[field] for field in SPEC_FIELDS})
+    """The spec in a `ResNet`'s config (`get_config`, or a `.keras` file's "config"); a
+    field a file predates takes its default (`include_preprocessing`: False, as then)."""
+    return ResNetSpec(**{field: config[field] for field in SPEC_FIELDS if field in config})
 
 
 @contextlib.contextmanager

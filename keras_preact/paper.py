@@ -73,8 +73,8 @@ CIFAR_RECIPE = Recipe(batch_size=128, steps=64000, lr=0.1, lr_drops=(0.5, 0.75),
 IMAGENET_LR_DROPS = (1 / 3, 2 / 3)
 
 # Overrides that leave the paper's figure valid: they change what the head outputs (pooled
-# features, logits), not the network that was trained.
-SAME_NETWORK = ("include_top", "pooling", "classifier_activation")
+# features, logits) or where the input is normalized, not the network that was trained.
+SAME_NETWORK = ("include_top", "pooling", "classifier_activation", "include_preprocessing")
 
 
 def paper_result(name: str, **overrides) -> str:

@@ -7,6 +7,7 @@ served from a SavedModel.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # `pretrained` (the CLI's `list`) reads this module: no imports to wait for
@@ -36,7 +37,9 @@ def preprocess_input(x: ArrayLike, family: str = "cifar") -> ArrayLike:
 
     The statistics are RGB ones, so other channel counts (grayscale, RGBA, multispectral
     input of a model built with `weights=None`) are refused: normalize those with
-    statistics of your own data, e.g. `keras.layers.Normalization`.
+    statistics of your own data, e.g. `keras.layers.Normalization`. Images scaled to [0, 1]
+    get a warning: they would come out as one dark colour. A model built with
+    `include_preprocessing=True` does this itself and takes the raw pixels.
 
     Args:
         x: uint8 or float images, shape `(..., 3)`, RGB, values in [0, 255].
@@ -58,20 +61,49 @@ def preprocess_input(x: ArrayLike, family: str = "cifar") -> ArrayLike:
     """
     from keras import ops  # here: `pretrained` (the CLI's `list`) reads this module's data
 
-    if family not in STATS:
-        raise ValueError(
-            f"Unknown preprocessing family {family!r}. Valid: {sorted(STATS)}."
-        )
-    mean, std = STATS[family]
+    scale, offset = scale_and_offset(family)
     x = ops.cast(x, "float32")
     if tuple(x.shape[-1:]) not in ((RGB,), (None,)):  # None: unknown while tracing
         raise ValueError(
             "`preprocess_input` normalizes RGB images with per-channel statistics: the last "
             f"axis must have 3 channels. Received: x.shape={tuple(x.shape)}"
         )
-    return (x - ops.convert_to_tensor(mean, "float32")) / ops.convert_to_tensor(
-        std, "float32"
-    )
+    _warn_if_unit_scaled(x)
+    # As `keras.layers.Rescaling` computes it (`include_preprocessing=True`): the same numbers.
+    return x * ops.convert_to_tensor(scale, "float32") + ops.convert_to_tensor(offset, "float32")
+
+
+def scale_and_offset(family: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """`(1 / std, -mean / std)` per channel of `family`'s statistics: `(x - mean) / std` as
+    `x * scale + offset`, the form of `keras.layers.Rescaling`.
+
+    Example:
+    >>> scale_and_offset("inception")
+    ((0.00784313725490196, 0.00784313725490196, 0.00784313725490196), (-1.0, -1.0, -1.0))
+    """
+    if family not in STATS:
+        raise ValueError(f"Unknown preprocessing family {family!r}. Valid: {sorted(STATS)}.")
+    mean, std = STATS[family]
+    return tuple(1 / s for s in std), tuple(-m / s for m, s in zip(mean, std))
+
+
+def _warn_if_unit_scaled(x) -> None:
+    """Warns when concrete images all lie in [0, 1] and are not just black and white: most
+    likely scaled to [0, 1] (`image / 255`, `convert_image_dtype`), which the statistics,
+    computed on [0, 255], would turn into one dark colour. Symbolic tensors pass unchecked."""
+    import numpy as np
+
+    try:
+        values = np.asarray(x)
+    except Exception:  # a symbolic tensor (tf.data map, a traced function): no values yet
+        return
+    if (values.size and values.min() >= 0 and values.max() <= 1
+            and np.any((values > 0) & (values < 1))):
+        warnings.warn(
+            "preprocess_input takes pixels in [0, 255] and received values in [0, 1] "
+            f"(min {values.min():.3g}, max {values.max():.3g}): multiply by 255 first.",
+            stacklevel=3,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +118,18 @@ class Preprocessing:
     # None: resize the whole image to size x size (CIFAR's images are the whole scene).
     crop_pct: float | None
     interpolation: str = "bilinear"  # of that resize (`tf.image.resize` method)
+    # True: the network normalizes its input itself (`include_preprocessing=True`), so the
+    # pipelines and exports feeding it leave the pixels in [0, 255] (`normalize`).
+    in_model: bool = False
+
+    def normalize(self, images: ArrayLike) -> ArrayLike:
+        """What a pipeline feeding the network does to resized images in [0, 255]:
+        `preprocess_input` with `stats`, or only the cast to float32 when `in_model`."""
+        if self.in_model:
+            from keras import ops
+
+            return ops.cast(images, "float32")
+        return preprocess_input(images, self.stats)
 
 
 # The preprocessing of each family's own networks (fb.resnet.torch's: CIFAR's 32x32 images

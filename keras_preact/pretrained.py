@@ -38,7 +38,8 @@ CACHE_SUBDIR = "keras_preact"
 # figures"); float32 reproduces on other CPUs.
 SCORED_IN = "float32"
 # The spec fields published weights leave free (channels aside: they must stay RGB).
-HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "input_shape")
+HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "include_preprocessing",
+               "input_shape")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +171,8 @@ def preprocessing_for(spec) -> Preprocessing:
     """The preprocessing the network `spec` describes takes: for a network registered for
     converted weights (the `-timm` nets, whose only weights are timm's), its source's (head and
     image size aside); for another timm stem (`stem="conv-pool"`), timm's ResNetV2 default;
-    else its family's (`preprocessing.FAMILY_PREPROCESSING`).
+    else its family's (`preprocessing.FAMILY_PREPROCESSING`). `in_model`: whether the
+    network normalizes its input itself (`include_preprocessing`).
 
     Example:
     >>> from keras_preact.specs import resolve
@@ -179,11 +181,11 @@ def preprocessing_for(spec) -> Preprocessing:
     >>> preprocessing_for(resolve("preact-50-imagenet")).stats
     'imagenet'
     """
-    for record in _RECORDS.values():
-        if isinstance(record, ConvertedRecord) and not differences(
-                spec, resolve(record.model), HEAD_FIELDS + ("classes",)):
-            return record.preprocessing
-    return TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family]
+    found = next((record.preprocessing for record in _RECORDS.values()
+                  if isinstance(record, ConvertedRecord) and not differences(
+                      spec, resolve(record.model), HEAD_FIELDS + ("classes",))),
+                 TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family])
+    return dataclasses.replace(found, in_model=spec.include_preprocessing)
 
 
 def differences(spec, other, free: tuple[str, ...]) -> list[str]:

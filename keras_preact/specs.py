@@ -90,6 +90,9 @@ class ResNetSpec:
     include_top: bool = True
     pooling: str | None = None  # only used when include_top=False (Keras Applications)
     classifier_activation: str | None = "softmax"
+    # True: the model takes raw RGB pixels in [0, 255] and normalizes them itself, first
+    # (a `Rescaling` layer with the statistics its weights were trained with).
+    include_preprocessing: bool = False
     stem: str = "paper"
     padding: str = "same"
 
@@ -129,9 +132,15 @@ class ResNetSpec:
                 f"integers, height and width may be None. Received: input_shape={shape!r}"
             )
         self._set("input_shape", tuple(None if d is None else int(d) for d in shape))
-        if not isinstance(self.include_top, bool):
+        for switch in ("include_top", "include_preprocessing"):
+            if not isinstance(getattr(self, switch), bool):
+                raise ValueError(f"`{switch}` must be True or False. "
+                                 f"Received: {switch}={getattr(self, switch)!r}")
+        if self.include_preprocessing and self.input_shape[2] != 3:
             raise ValueError(
-                f"`include_top` must be True or False. Received: include_top={self.include_top!r}"
+                "`include_preprocessing` normalizes RGB images with per-channel statistics: "
+                "`input_shape` must have 3 channels (normalize other images yourself, e.g. "
+                f"with keras.layers.Normalization). Received: input_shape={self.input_shape}"
             )
         if not (self.classifier_activation is None or _is_activation(self.classifier_activation)):
             raise ValueError(

@@ -270,7 +270,9 @@ def preprocessing_of(model: keras.Model) -> Preprocessing:
 
     Example:
     >>> preprocessing_of(build_network("preact-18-imagenet-timm", input_shape=(64, 64, 3)))
-    Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic')
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic',
+                  in_model=False)
     """
     network = network_in(model)
     return FAMILY_PREPROCESSING["cifar"] if network is None else preprocessing_for(network.spec)

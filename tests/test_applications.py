@@ -4,6 +4,7 @@ import inspect
 import re
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -53,7 +54,7 @@ def test_every_constructor_builds_its_registered_network():
         assert getattr(applications, public) is constructor
         params = list(inspect.signature(constructor).parameters)
         assert params == ["include_top", "weights", "input_tensor", "input_shape", "pooling",
-                          "classes", "classifier_activation", "name"]
+                          "classes", "classifier_activation", "name", "include_preprocessing"]
     assert inspect.signature(applications.PreActResNet1001).parameters["classes"].default == 10
     assert inspect.signature(applications.PreActResNet200).parameters["classes"].default == 1000
     assert "preact-1001" in applications.PreActResNet1001.__doc__
@@ -191,6 +192,73 @@ def test_list_command(capsys):
     )
     assert cli.main(["list", "nope-*"]) == 2
     assert "No model matches 'nope-*'" in capsys.readouterr().err
+
+
+def test_preprocess_input_warns_of_images_scaled_to_0_1():
+    images = np.random.default_rng(0).random((2, 8, 8, 3), dtype="float32")
+    with pytest.warns(UserWarning, match=r"takes pixels in \[0, 255\] and received values in "
+                                         r"\[0, 1\].*multiply by 255 first"):
+        applications.preprocess_input(images)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0-255 images, and black-and-white masks, pass quietly
+        applications.preprocess_input(images * 255)
+        applications.preprocess_input(np.round(images))
+
+
+# One network of each statistics: CIFAR's, fb.resnet.torch's ImageNet ones, timm's inception.
+STATS_NETS = {"preact-20": "cifar", "resnet-18-imagenet": "imagenet",
+              "preact-18-imagenet-timm": "inception"}
+
+
+@pytest.mark.parametrize("name", STATS_NETS)
+def test_include_preprocessing_takes_raw_pixels_and_computes_the_same_numbers(name, tmp_path):
+    shape = (48, 48, 3)
+    plain = keras_preact.build(name, input_shape=shape)
+    raw = keras_preact.build(name, input_shape=shape, include_preprocessing=True)
+    raw.set_weights(plain.get_weights())  # the layer adds no weights
+    assert raw.count_params() == plain.count_params()
+    layer = raw.get_layer("preprocessing")
+    assert isinstance(layer, keras.layers.Rescaling) and not layer.weights
+    images = np.random.default_rng(1).integers(0, 256, (2, *shape), dtype="uint8")
+    expected = plain(applications.preprocess_input(images, STATS_NETS[name]), training=False)
+    np.testing.assert_array_equal(raw(images, training=False), expected)
+    assert weights.preprocessing_of(raw).in_model and not weights.preprocessing_of(plain).in_model
+    path = str(tmp_path / "raw.keras")
+    raw.save(path)
+    again = keras_preact.load_model(path)
+    assert keras_preact.spec_of(again).include_preprocessing
+    np.testing.assert_array_equal(again(images, training=False), expected)
+
+
+def test_integer_images_into_a_network_taking_normalized_ones_are_a_one_line_error():
+    model = keras_preact.build("preact-20", depth=8)
+    images = np.zeros((2, 32, 32, 3), "uint8")
+    message = (r"'preact-20' takes images normalized by `keras_preact.applications."
+               r"preprocess_input`.*Received: uint8 images of shape \(2, 32, 32, 3\); pass "
+               r"preprocess_input\(images\) or build the model with include_preprocessing=True")
+    for call in (model, lambda x: model.predict(x, verbose=0)):
+        with pytest.raises(ValueError, match=message):
+            call(images)
+    assert model(images.astype("float32")).shape == (2, 10)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"include_preprocessing": "yes"}, "Received: include_preprocessing='yes'"),
+    ({"include_preprocessing": True, "input_shape": (32, 32, 1)},
+     "`include_preprocessing` normalizes RGB images with per-channel statistics: `input_shape` "
+     "must have 3 channels"),
+])
+def test_bad_include_preprocessing_is_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        applications.PreActResNet20(**kwargs)
+    assert message in str(info.value)
+
+
+def test_a_network_file_older_than_include_preprocessing_loads():
+    """`.keras` files written before the field existed lack it in their config."""
+    config = keras_preact.build("preact-20", depth=8).get_config()
+    del config["include_preprocessing"]
+    assert not network.spec_in(config).include_preprocessing
 
 
 @pytest.fixture

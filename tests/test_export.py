@@ -473,3 +473,14 @@ def test_a_timm_net_serves_with_timms_preprocessing(tmp_path):
     check_outputs(out, keras_answer(timm), class_names(7))
     fb = np.abs(keras_answer(FAMILY_PREPROCESSING["imagenet"]) - out["probabilities"]).max()
     assert fb > 1e-3
+
+
+def test_a_net_that_normalizes_itself_is_served_normalized_once(tmp_path):
+    """`include_preprocessing=True`: the signatures leave the pixels to the model's own first
+    layer, so the SavedModel answers as the net that takes `preprocess_input` does."""
+    plain, raw = net(), net(include_preprocessing=True)
+    raw.set_weights(plain.get_weights())
+    path = export_model(raw, tmp_path, name="raw")
+    served = tf.saved_model.load(path).signatures["serving_default"](images=CIFAR_32)
+    expected = plain(preprocess_input(CIFAR_32), training=False)
+    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-6)

@@ -111,7 +111,8 @@ def test_a_tag_loads_only_into_the_network_it_was_trained_as(published):
         applications.PreActResNet20(weights="test", classes=100)
     assert str(error.value) == (
         "Weights 'test' of 'preact-20' were trained with classes=10; only include_top, pooling, "
-        "classifier_activation and the image size may differ (classes too with "
+        "classifier_activation, include_preprocessing and the image size may differ (classes "
+        "too with "
         "include_top=False). Received: classes=100")
     with pytest.raises(ValueError, match=r"trained with units=\(3, 3, 3\), unit='full-preact'; "
                                          r".* Received: units=\(1, 1, 1\), unit='original'$"):

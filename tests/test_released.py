@@ -166,6 +166,10 @@ def test_accuracy_reproduces_the_record_and_is_served(record, test_split, cifar1
 
     images, labels = test_split(record)
     keras_top = np.argmax(model.predict(preprocess_input(images), batch_size=500, verbose=0), -1)
+    # Raw uint8 pixels through the documented switch: the same answers, hence the same figure.
+    raw = keras_preact.build(record.model, weights=record.tag, include_preprocessing=True)
+    raw_top = np.argmax(raw.predict(images, batch_size=500, verbose=0), -1)
+    np.testing.assert_array_equal(raw_top, keras_top)
     # exported the way the deployment kit says: keras-preact export NAME --weights TAG
     assert cli.main(["export", record.model, "--weights", record.tag, "--base", str(tmp_path)]) == 0
     served = tf.saved_model.load(str(tmp_path / record.model / "1"))

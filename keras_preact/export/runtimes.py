@@ -116,20 +116,19 @@ def inference_function(model: keras.Model) -> tf.types.experimental.PolymorphicF
     )
 
     from keras_preact.export.signatures import classifier_probabilities, model_side
-    from keras_preact.preprocessing import preprocess_input
     from keras_preact.weights import in_form, preprocessing_of
 
     model = in_form(model, "layers")
     # The SavedModel's rule: what the output holds decides the softmax; non-classifiers fail.
     probabilities = classifier_probabilities(model)
-    side, stats = model_side(model), preprocessing_of(model).stats
+    side, preprocessing = model_side(model), preprocessing_of(model)
     spec = tf.TensorSpec([None, side, side, 3], tf.uint8, name=INPUT_NAME)
 
     # No AutoGraph: the call has no Python control flow on tensors, and converting a
     # 3,000-layer call is slow.
     @tf.function(input_signature=[spec], autograph=False)
     def serve(images):
-        return probabilities(preprocess_input(images, stats))
+        return probabilities(preprocessing.normalize(images))
 
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from keras_preact.introspect import output_kind
 from keras_preact.labels import check_names, class_names
-from keras_preact.preprocessing import preprocess_input, resize_for_eval
+from keras_preact.preprocessing import resize_for_eval
 from keras_preact.weights import preprocessing_of
 
 # Largest accepted image height/width, in pixels: bounds the memory an image can take
@@ -167,7 +167,7 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
 
     @_traced(tf.TensorSpec([None, side, side, 3], tf.float32))
     def predict(resized):
-        probs = probabilities(preprocess_input(resized, preprocessing.stats))
+        probs = probabilities(preprocessing.normalize(resized))
         scores, classes = tf.math.top_k(probs, k)
         return {
             "probabilities": probs,

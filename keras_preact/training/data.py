@@ -143,7 +143,7 @@ def train_dataset(
     """
     import tensorflow as tf
 
-    from keras_preact.preprocessing import FAMILY_PREPROCESSING, preprocess_input
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING
 
     preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
     ds = _load(name, split, data_dir, shuffle_files=True, seed=seed)
@@ -161,7 +161,7 @@ def train_dataset(
         )
     ds = ds.batch(batch_size, drop_remainder=True)
     ds = ds.map(
-        lambda x, y: (preprocess_input(x, preprocessing.stats), y),
+        lambda x, y: (preprocessing.normalize(x), y),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
@@ -196,14 +196,14 @@ def eval_dataset(
     family's)."""
     import tensorflow as tf
 
-    from keras_preact.preprocessing import FAMILY_PREPROCESSING, preprocess_input, resize_for_eval
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING, resize_for_eval
 
     preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
     ds = _load(name, split, data_dir, shuffle_files=False)
 
     def prepare(image, label):
         image = resize_for_eval(image, preprocessing, image_size)
-        return preprocess_input(image, preprocessing.stats), label
+        return preprocessing.normalize(image), label
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(batch_size)
