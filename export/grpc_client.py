@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 
-import tensorflow as tf
-from tensorflow_serving.apis import classification_pb2, predict_pb2
+# TensorFlow (which tensorflow_serving's protos import) loads in seconds: only once the
+# arguments are read, so that --help and a bad argument answer at once.
 
 
-def predict_request(model: str, encoded: list[bytes]) -> predict_pb2.PredictRequest:
+def predict_request(model: str, encoded: list[bytes]):
+    """A PredictRequest for `serving_bytes` (input `image_bytes`)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
     request.model_spec.signature_name = "serving_bytes"
@@ -23,7 +27,10 @@ def predict_request(model: str, encoded: list[bytes]) -> predict_pb2.PredictRequ
     return request
 
 
-def classify_request(model: str, encoded: list[bytes]) -> classification_pb2.ClassificationRequest:
+def classify_request(model: str, encoded: list[bytes]):
+    """A ClassificationRequest for `classify`: one tf.Example per image (`image/encoded`)."""
+    from tensorflow_serving.apis import classification_pb2
+
     request = classification_pb2.ClassificationRequest()
     request.model_spec.name = model
     request.model_spec.signature_name = "classify"
@@ -34,25 +41,34 @@ def classify_request(model: str, encoded: list[bytes]) -> classification_pb2.Cla
 
 
 def main() -> None:
-    import grpc
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image")
     parser.add_argument("--model", default="preact-20")
     parser.add_argument("--host", default="127.0.0.1:8500")
     parser.add_argument("--classify", action="store_true")
     args = parser.parse_args()
 
-    with open(args.image, "rb") as f:
-        encoded = [f.read()]
+    try:
+        with open(args.image, "rb") as f:
+            encoded = [f.read()]
+    except OSError as error:
+        parser.error(f"cannot read image {args.image!r}: {error.strerror}")
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
     stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(args.host))
-    if args.classify:
-        result = stub.Classify(classify_request(args.model, encoded), timeout=30.0)
-        for c in result.result.classifications[0].classes:
-            print(f"{c.score:.4f}  {c.label}")
-        return
-    outputs = stub.Predict(predict_request(args.model, encoded), timeout=30.0).outputs
+    try:
+        if args.classify:
+            result = stub.Classify(classify_request(args.model, encoded), timeout=30.0)
+            for c in result.result.classifications[0].classes:
+                print(f"{c.score:.4f}  {c.label}")
+            return
+        outputs = stub.Predict(predict_request(args.model, encoded), timeout=30.0).outputs
+    except grpc.RpcError as error:  # the server's status: UNAVAILABLE, NOT_FOUND, ...
+        parser.exit(1, f"{parser.prog}: error: {args.host}: {error.code().name}: "
+                       f"{error.details()}\n")
     labels = tf.make_ndarray(outputs["labels"])[0]
     scores = tf.make_ndarray(outputs["scores"])[0]
     for label, score in zip(labels, scores):

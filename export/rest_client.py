@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -48,16 +49,34 @@ def post(url: str, payload: dict, timeout: float = 30.0) -> dict:
         return json.load(response)
 
 
+def failure(url: str, error: OSError) -> str:
+    """One line for what went wrong talking to `url`: TF Serving's own {"error": ...} for an
+    HTTP error (an unknown model, a bad request), else the reason the server is unreachable."""
+    if isinstance(error, urllib.error.HTTPError):
+        try:
+            detail = json.load(error).get("error", "")
+        except (ValueError, AttributeError):
+            detail = ""
+        return f"{url}: HTTP {error.code} {error.reason}" + (f": {detail}" if detail else "")
+    reason = getattr(error, "reason", error)
+    return (f"no TF Serving at {url} ({reason}): start it (export/README.md, step 0) or "
+            "pass --host")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("image")
     parser.add_argument("--model", default="preact-20")
     parser.add_argument("--host", default="http://127.0.0.1:8501")
     parser.add_argument("--mode", choices=("uint8", "bytes", "classify"), default="bytes")
     args = parser.parse_args()
 
-    with open(args.image, "rb") as f:
-        data = f.read()
+    try:
+        with open(args.image, "rb") as f:
+            data = f.read()
+    except OSError as error:
+        parser.error(f"cannot read image {args.image!r}: {error.strerror}")
     if args.mode == "uint8":
         from PIL import Image
 
@@ -66,7 +85,11 @@ def main() -> None:
     else:
         payload = (bytes_payload if args.mode == "bytes" else classify_payload)([data])
     verb = "classify" if args.mode == "classify" else "predict"
-    answer = post(f"{args.host}/v1/models/{args.model}:{verb}", payload)
+    url = f"{args.host}/v1/models/{args.model}:{verb}"
+    try:
+        answer = post(url, payload)
+    except OSError as error:  # URLError, HTTPError, a timeout
+        parser.exit(1, f"{parser.prog}: error: {failure(url, error)}\n")
     if verb == "classify":  # {"results": [[[label, score], ...]]}
         for label, score in answer["results"][0]:
             print(f"{score:.4f}  {label}")

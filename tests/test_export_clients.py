@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -103,8 +107,9 @@ def test_grpc_requests(served):
 
 
 def test_the_kit_serves_the_model_its_clients_ask_for():
-    """models.config is a valid ModelServerConfig; the clients' default model, the Kubernetes
-    readiness probe and section 0 of export/README.md all name the model it serves."""
+    """models.config is a valid ModelServerConfig; the clients' default model and section 0
+    of export/README.md name the model it serves; the Kubernetes readiness probe names none
+    (it was hard-coded to preact-20: a pod serving other models never became ready)."""
     import re
 
     from google.protobuf import text_format
@@ -117,6 +122,74 @@ def test_the_kit_serves_the_model_its_clients_ask_for():
     for client in ("rest_client", "grpc_client"):
         default = re.search(r'"--model", default="([^"]+)"', (KIT / f"{client}.py").read_text())
         assert default[1] in served, client
-    probe = re.search(r"/v1/models/([^/]+)/metadata", (KIT / "kubernetes.yaml").read_text())
-    assert probe[1] in served
+    deployment = (KIT / "kubernetes.yaml").read_text()
+    probe = deployment.split("readinessProbe:")[1].split("resources:")[0]
+    assert "tcpSocket: {port: rest}" in probe and "/v1/models" not in deployment
     assert "keras-preact export preact-20 --weights cifar10" in (KIT / "README.md").read_text()
+
+
+def run_client(*args, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_rest_client_without_a_server_is_one_line(tmp_path):
+    image = tmp_path / "x.png"
+    image.write_bytes(b"\x89PNG")
+    done = run_client(str(KIT / "rest_client.py"), str(image), "--host", "http://127.0.0.1:9")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("rest_client.py: error: no TF Serving at "
+                                  "http://127.0.0.1:9/v1/models/preact-20:predict (")
+    assert done.stderr.endswith("start it (export/README.md, step 0) or pass --host\n")
+    assert done.stderr.count("\n") == 1
+    missing = run_client(str(KIT / "rest_client.py"), str(tmp_path / "none.png"))
+    assert missing.returncode == 2 and missing.stderr.splitlines()[-1] == (
+        f"rest_client.py: error: cannot read image {str(tmp_path / 'none.png')!r}: "
+        "No such file or directory")
+
+
+def test_rest_client_names_what_the_server_answered(tmp_path):
+    """An unknown model: TF Serving's 404 {"error": ...} as one line, not an HTTPError."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.dumps({"error": "Servable not found for request: Latest(nope)"})
+            self.send_response(404)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    image = tmp_path / "x.png"
+    image.write_bytes(b"\x89PNG")
+    host = f"http://127.0.0.1:{server.server_port}"
+    try:
+        done = run_client(str(KIT / "rest_client.py"), str(image), "--host", host,
+                          "--model", "nope")
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and done.stderr == (
+        f"rest_client.py: error: {host}/v1/models/nope:predict: HTTP 404 Not Found: Servable "
+        "not found for request: Latest(nope)\n")
+
+
+@pytest.mark.parametrize("client", ["rest_client", "grpc_client"])
+def test_client_help_is_whole_and_needs_no_tensorflow(client):
+    """grpc_client.py --help took 6.7 s (TensorFlow imported first); rest_client.py's
+    description stopped mid-sentence."""
+    probe = ("import runpy, sys\n"
+             f"sys.argv = ['{client}.py', '--help']\n"
+             "try:\n"
+             f"    runpy.run_path({str(KIT / (client + '.py'))!r}, run_name='__main__')\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "print('tensorflow' in sys.modules)\n")
+    done = run_client("-c", probe)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "False"
+    doc = load_kit_module(client).__doc__
+    assert " ".join(doc.split()) in " ".join(done.stdout.split())  # every line of it
