@@ -55,6 +55,10 @@ setup(
         # workers keep CI's two cores busy (README, "Tests").
         "test": ["pytest>=7", "pytest-xdist>=3", "nbclient>=0.9", "nbformat>=5.9",
                  "ipykernel>=6", "ruff>=0.6", "wheel>=0.38"],
+        # The README's notebook commands: `jupyter lab` (jupyterlab) and `jupyter nbconvert`
+        # (nbconvert), with the "python3" kernel (ipykernel). The test extra runs the notebooks
+        # without them (nbclient).
+        "notebooks": ["jupyterlab>=4", "nbconvert>=7", "ipykernel>=6"],
         # tests/test_convert.py: timm's own ResNetV2 modules (random weights) are what the
         # converted models are checked against; timm >= 1.0.12 has resnetv2_18/34 and their
         # ImageNet tags. Pin the CPU build of torch in the same install (as the README's test

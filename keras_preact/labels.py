@@ -84,18 +84,13 @@ def recorded_names(source: object) -> tuple[str, ...] | None:
     >>> from keras_preact import rundir
     >>> run_dir = tempfile.mkdtemp()
     >>> rundir.write_config(run_dir, {"class_names": ["cat", "dog"]})
+    >>> open(os.path.join(run_dir, "model.keras"), "w").close()
     >>> recorded_names(run_dir), recorded_names(os.path.join(run_dir, "model.keras"))
     (('cat', 'dog'), ('cat', 'dog'))
     """
     from keras_preact import rundir
 
-    if not isinstance(source, (str, os.PathLike)):
-        return None
-    run_dir = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
-    try:
-        names = rundir.read_config(run_dir).get("class_names")
-    except (OSError, ValueError):
-        return None
+    names = rundir.recorded(source).get("class_names")
     return tuple(names) if isinstance(names, list) and names else None
 
 

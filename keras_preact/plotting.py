@@ -120,16 +120,20 @@ def plot_runs(
     for k, (metrics, label) in enumerate(zip(runs, labels)):
         colour = f"C{k % 10}"
         steps = metrics["step"]
-        ax_loss.plot(steps, metrics["loss"], "--", color=colour, label=f"{label} train loss")
+        # A line through one point draws nothing: a run of one logged epoch gets markers.
+        marker = "o" if len(steps) == 1 else None
+        ax_loss.plot(steps, metrics["loss"], "--", color=colour, marker=marker,
+                     label=f"{label} train loss")
         for column, name, kind in (("test_accuracy", "test error", "test"),
                                    ("val_accuracy", "val error", "validation")):
             if column in metrics and not np.all(np.isnan(metrics[column])):
                 ax_err.plot(steps, error_percent(metrics[column]), "-", color=colour,
-                            label=f"{label} {name}")
+                            marker=marker, label=f"{label} {name}")
                 errors.add(kind)
         if "lr" in metrics:
             # The lr logged for an epoch held through it: a step plot ending at its step.
-            ax_lr.plot(steps, metrics["lr"], "-", color=colour, label=label, drawstyle="steps-pre")
+            ax_lr.plot(steps, metrics["lr"], "-", color=colour, marker=marker, label=label,
+                       drawstyle="steps-pre")
 
     ax_loss.set_ylabel("training loss (dashed)")
     ax_err.set_ylabel(f"{' / '.join(sorted(errors))} error % (solid)".lstrip())

@@ -63,6 +63,27 @@ def read_config(run_dir: str | os.PathLike) -> dict:
     return config
 
 
+def recorded(source: object) -> dict:
+    """The `CONFIG` of the run that made `source` (its run dir, or a file in it such as its
+    model.keras); {} for anything else (a model, a file elsewhere, an unreadable config).
+
+    Example:
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> write_config(run_dir, {"dataset": "cifar10"})
+    >>> open(os.path.join(run_dir, MODEL), "w").close()
+    >>> recorded(run_dir), recorded(os.path.join(run_dir, MODEL)), recorded(3)
+    ({'dataset': 'cifar10'}, {'dataset': 'cifar10'}, {})
+    """
+    if not (isinstance(source, (str, os.PathLike)) and os.path.exists(source)):
+        return {}  # a registered name is no run's, even in a run dir's working directory
+    run_dir = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+    try:
+        return read_config(run_dir)
+    except (OSError, ValueError):
+        return {}
+
+
 def write_config(run_dir: str | os.PathLike, config: dict) -> None:
     """Writes `config` as `run_dir/CONFIG`, atomically."""
     text = json.dumps(config, indent=2, default=list) + "\n"

@@ -180,10 +180,14 @@ def test_family_detection():
 
 def test_list_command(capsys):
     assert cli.main(["list", "preact-1??"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, rule, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["name", "family", "depth", "unit", "shortcut", "paper", "error",
+                              "(%)"]
+    assert set(rule.replace("  ", "")) == {"-"}  # one dashed run under each column name
     assert [line.split()[0] for line in lines] == ["preact-110", "preact-164"]
     assert lines[1].split()[:5] == ["preact-164", "cifar", "164", "full-preact", "identity"]
     assert "5.46" in lines[1]
+    assert lines[1].index("164   ") == header.index("depth")  # columns line up under the names
     assert cli.main(["list", "resnet-20", "--params", "--markdown"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| name | family | depth")

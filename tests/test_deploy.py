@@ -253,7 +253,10 @@ def test_litert_rejects_wrong_dtype_and_shape(small_exports):
     # The signature runner resizes its input to anything; a strict resize (only the -1
     # batch dimension may change) is LiteRT's own check of the [-1, 32, 32, 3] input.
     index = interpreter.get_input_details()[0]["index"]
-    assert list(interpreter.get_input_details()[0]["shape_signature"]) == [-1, 32, 32, 3]
+    details = interpreter.get_input_details()[0]
+    # The README says why `shape` reads batch 1: the allocated size of a dynamic batch.
+    assert list(details["shape"]) == [1, 32, 32, 3]
+    assert list(details["shape_signature"]) == [-1, 32, 32, 3]
     interpreter.resize_tensor_input(index, GOOD.shape, strict=True)
     with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
         interpreter.resize_tensor_input(index, WRONG_SIDE.shape, strict=True)

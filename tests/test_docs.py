@@ -54,3 +54,34 @@ def test_the_docs_counts_of_preact_1001_are_the_builds():
     layers, variables = f"{len(model.layers):,} layers", f"{len(model.variables):,} variables"
     assert f"graph of {layers}" in (ROOT / "README.md").read_text()
     assert f"plain layers: {layers}, {variables}" in (ROOT / "benchmarks" / "README.md").read_text()
+
+
+def test_the_readmes_parameter_counts_of_preact_1001_agree():
+    """The table said 10.33M trainable, the Hardware section "10.2M" (the paper's),
+    `count_params()` 10,476,922: the prose now names each count for what it is."""
+    from keras_preact.specs import param_counts
+
+    counts = param_counts(keras_preact.get_spec("preact-1001"))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    row = f"| preact-1001 | cifar | 1001 | full-preact | identity | {counts.trainable / 1e6:.2f}M |"
+    assert row in readme
+    assert (f"({counts.trainable / 1e6:.2f}M trainable parameters, the paper's \"10.2M\"; "
+            f"`count_params()` says {sum(counts):,} with the {counts.non_trainable:,} BN moving "
+            "statistics;") in readme
+
+
+def test_an_untrained_net_in_inference_mode_grows_with_depth_as_the_readme_says():
+    """A newcomer's smoke test, `build("preact-1001")` in inference mode, returns NaN: the
+    README says why (BN's initial moving statistics do not normalize), measured here at
+    depth 110: features of about 1e8 in inference mode, of order 1 with batch statistics."""
+    import numpy as np
+
+    from keras_preact.preprocessing import preprocess_input
+
+    images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype="uint8")
+    features = keras_preact.build("preact-110", stages="scan", include_top=False, pooling="avg")
+    inference = np.abs(features(preprocess_input(images), training=False).numpy()).max()
+    batch_stats = np.abs(features(preprocess_input(images), training=True).numpy()).max()
+    assert 1e7 < inference < 1e9 and batch_stats < 10, (inference, batch_stats)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "preact-110's final features reach about 1e8" in readme

@@ -246,3 +246,37 @@ def test_mixed_sizes_and_modes_in_a_folder_are_converted_not_refused(tmp_path, c
                      "--steps", "1", "--batch-size", "2", "--override", "depth=8"]) == 0
     assert capsys.readouterr().err == ""
     assert rundir.read_config(output)["class_names"] == ["cat", "dog"]
+
+
+def test_evaluate_of_a_run_dir_reads_the_images_the_run_held_out(folders, runs, capsys):
+    """`keras-preact evaluate runs/mine` read CIFAR-10 and failed ("needs a cifar model with
+    10 outputs"): with no --dataset a run dir is evaluated on its own folder's held-out 20 %."""
+    train_dir, _ = folders
+    result = training.evaluate(str(runs[0]))
+    assert (result["dataset"], result["split"], result["examples"]) == (train_dir, "all[-60:]", 60)
+    assert cli.main(["evaluate", str(runs[0])]) == 0
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out.startswith(f"{train_dir} all[-60:]: error ") and out.endswith(" 60 examples)")
+    assert f"{100 * (1 - result['accuracy']):.2f} %" in out
+
+
+def test_a_run_that_held_nothing_out_of_its_folder_needs_a_dataset(folders, tmp_path, capsys):
+    train_dir, _ = folders
+    rundir.write_config(tmp_path, {"dataset": train_dir, "val_split": None})
+    assert cli.main(["evaluate", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-preact evaluate: error: {str(tmp_path)!r} trained on every image of folder "
+        f"{train_dir!r} (--val-examples 0): pass --dataset with other images.\n")
+
+
+def test_the_fine_tuning_defaults_fit_a_folder_of_120_images(tmp_path, cifar10_data_dir, capsys):
+    """The README's command on 120 images failed: "val_examples + batch_size must not exceed
+    that ... batch_size=128"."""
+    folder = write_folder(tmp_path / "images", cifar10_data_dir, "train[45000:]", 40)
+    run = str(tmp_path / "run")
+    assert cli.main(["train", "preact-20", "--weights", "cifar10", "--dataset", folder,
+                     "--output", run, "--steps", "6", "--data-dir", cifar10_data_dir]) == 0
+    config = rundir.read_config(run)
+    assert (config["batch_size"], config["val_split"], config["steps_per_epoch"]) == (
+        32, "all[-24:]", 3)
+    assert "training on all[:-24] (96 images)" in capsys.readouterr().out

@@ -117,3 +117,35 @@ print(json.dumps({"class_names": config["class_names"], "weights": config["weigh
     assert sum(s == t for s, t in zip(got["served"], truth)) >= 0.7 * len(truth)
     assert got["true"] == "ship" and got["label"] in got["class_names"]
     assert shown_images(nb) == 1  # the served prediction next to the image
+
+
+def test_the_notebook_extra_installs_what_the_readme_calls():
+    """`pip install -e ".[notebooks]"` then `jupyter lab` / `jupyter nbconvert` worked only
+    where Jupyter happened to be installed: each subcommand the README runs comes from a
+    distribution the extra requires."""
+    import importlib.metadata
+    import re
+
+    readme = (NOTEBOOKS.parent / "README.md").read_text()
+    section = readme.split("## Notebooks")[1].split("\n## ")[0]
+    assert 'pip install -e ".[notebooks]"' in section
+    provides = {"lab": "jupyterlab", "nbconvert": "nbconvert"}  # jupyter's subcommands
+    called = set(re.findall(r"\bjupyter (\w+)", section))
+    assert called == set(provides)
+    extra = {re.match(r"[\w-]+", r)[0] for r in importlib.metadata.requires("keras-preact")
+             if 'extra == "notebooks"' in r}
+    assert {provides[c] for c in called} | {"ipykernel"} <= extra
+
+
+def test_a_data_dir_that_does_not_exist_is_one_line_not_a_download(small_settings,
+                                                                   monkeypatch):
+    """The README's relative TFDS_DATA_DIR, read by a kernel running in notebooks/, started
+    a 207 s download into the clone; now the first data cell names the path and stops."""
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("TFDS_DATA_DIR", "../shared/tensorflow_datasets")
+    with pytest.raises(CellExecutionError) as error:
+        execute("fine_tune.ipynb", "", small_settings)
+    assert ("The data dir '../shared/tensorflow_datasets' does not exist (from "
+            f"{small_settings}: pass an absolute path)") in str(error.value)
+    assert sorted(p.name for p in small_settings.iterdir()) == []  # nothing downloaded

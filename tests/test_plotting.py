@@ -63,6 +63,17 @@ def test_plot_runs_lines_carry_the_metrics(two_runs, tmp_path):
     assert fig.axes[2].get_ylabel() == "validation error % (solid)"  # the error axis says which
 
 
+def test_a_run_of_one_logged_epoch_is_drawn_with_markers(tmp_path, two_runs):
+    """The README's first run logs one metrics row: its lines through one point drew empty
+    axes. A run of one row is drawn as markers; longer runs stay plain lines."""
+    first = write_run(tmp_path, "first-try", [(1, 100, 0.1, 2.1, 0.22, 2.0, 0.25)])
+    lines = lines_by_label(plotting.plot_runs([first, two_runs[0]]))
+    for label in ("first-try train loss", "first-try val error", "first-try"):
+        assert lines[label].get_marker() == "o" and len(lines[label].get_xdata()) == 1
+    assert lines["resnet-110 train loss"].get_marker() == "None"
+    np.testing.assert_allclose(lines["first-try val error"].get_ydata(), [75.0])
+
+
 def test_a_run_without_a_validation_slice_plots_its_test_error(tmp_path, two_runs):
     # What the trainer writes with --val-examples 0 (rundir.METRICS_COLUMNS)
     run = write_run(tmp_path, "preact-20", [(0, 390, 0.1, 1.8, 0.31, "", "", 1.6, 0.41),

@@ -93,7 +93,8 @@ def test_unknown_tags_name_the_published_ones(published):
 
 def test_list_weights_shows_each_tag_with_its_accuracy(published, capsys):
     assert cli.main(["list", "--weights"]) == 0
-    out = capsys.readouterr().out.splitlines()
+    header, _, *out = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["name", "weights", "test", "accuracy"]
     assert out[0].split() == ["preact-20", "test", "91.23", "%", "(8.77", "%)", "resnet-20:",
                               "8.75", "(He", "et", "al.", "2015)", "64000", "float32",
                               out[0].split()[-1]]

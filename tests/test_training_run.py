@@ -2,6 +2,7 @@
 
 import csv
 import io
+import itertools
 import json
 import os
 import shutil
@@ -137,27 +138,53 @@ def test_progress_counts_iterations_not_nominal_epochs(cifar10_data_dir, tmp_pat
         assert "/703" not in out
 
 
-def test_progress_lines_say_the_time_left_at_the_last_epochs_pace(monkeypatch):
+def test_progress_lines_say_the_time_left_at_the_recent_pace(monkeypatch):
     """Resumed at step 1000 of 4000, 100 steps an epoch at 0.5 s a step, except one epoch
     paused for 950 s: 24 minutes left, then 7.8 h for that one line, then 22 minutes again
-    (the run's average would still say 2.8 h). The last line has no estimate."""
+    (the run's average would still say 2.8 h). The first step (tracing, 20 s) is not in the
+    first estimate; an epoch that ends within `LINE_EVERY_S` of the last line prints nothing;
+    the last line has no estimate."""
     from keras_preact.training import callbacks
 
-    steps = iter([1000, 1100, 1200, 1300, 4000])
+    steps = iter([1001, 1100, 1200, 1300, 1320, 4000])
     iterations = SimpleNamespace(numpy=lambda: next(steps))
-    clock = iter([10.0, 60.0, 1060.0, 1110.0, 2460.0])
+    clock = iter([10.0, 30.0, 79.5, 1079.5, 1129.5, 1139.5, 2479.5])
     monkeypatch.setattr(callbacks.time, "monotonic", lambda: next(clock))
     out = io.StringIO()
     progress = callbacks.Progress(4000, 40, live=False, stream=out)
     progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
     progress.on_train_begin()
-    for epoch in (10, 11, 12, 39):
+    progress.on_train_batch_end(0)
+    for epoch in (10, 11, 12, 13, 39):
         progress.on_epoch_end(epoch, {"loss": 0.5})
     assert out.getvalue().splitlines() == [
-        "epoch 11/40 - step 1100/4000 - 50s - left: 24m - loss: 0.5000",
-        "epoch 12/40 - step 1200/4000 - 1050s - left: 7.8h - loss: 0.5000",
-        "epoch 13/40 - step 1300/4000 - 1100s - left: 22m - loss: 0.5000",
-        "epoch 40/40 - step 4000/4000 - 2450s - loss: 0.5000"]
+        "epoch 11/40 - step 1100/4000 - 70s - left: 24m - loss: 0.5000",
+        "epoch 12/40 - step 1200/4000 - 1070s - left: 7.8h - loss: 0.5000",
+        "epoch 13/40 - step 1300/4000 - 1120s - left: 22m - loss: 0.5000",
+        "epoch 40/40 - step 4000/4000 - 2470s - loss: 0.5000"]
+    assert 1139.5 - 1129.5 < callbacks.LINE_EVERY_S <= 1129.5 - 1079.5
+
+
+def test_a_short_run_of_tiny_epochs_prints_a_bounded_number_of_lines(monkeypatch):
+    """1000 steps at 3 an epoch (a 120-image folder at batch 32) printed 334 lines."""
+    from keras_preact.training import callbacks
+
+    clock = itertools.count(0.0, 0.4)  # 0.4 s between readings, one an epoch: 134 s in all
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: next(clock))
+    out, step = io.StringIO(), 0
+    progress = callbacks.Progress(1000, 334, live=False, stream=out)
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(
+        iterations=SimpleNamespace(numpy=lambda: step))))
+    progress.on_train_begin()
+    for epoch in range(334):
+        for _ in range(3):
+            step = min(step + 1, 1000)
+            progress.on_train_batch_end(0)
+        progress.on_epoch_end(epoch, {})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6  # the first, one every 30 s (at 31, 61, 91, 121 s), the last
+    assert lines[0].startswith("epoch 1/334 - step 3/1000 - 1s - left: ")
+    assert lines[-1].startswith("epoch 334/334 - step 1000/1000 - 134s")
 
 
 @pytest.mark.parametrize("seconds, said", [(45, "45s"), (89.4, "89s"), (90, "2m"),

@@ -43,7 +43,8 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
     from keras_preact.specs import param_counts
 
     header = ["name", "family", "depth", "unit", "shortcut"]
-    header += ["params"] * params + ["paper error (%)"]
+    # Trainable: the count papers quote (`count_params()` adds BN's moving statistics).
+    header += ["trainable params"] * params + ["paper error (%)"]
     rows = []
     for name in names:
         spec = keras_preact.get_spec(name)
@@ -87,8 +88,8 @@ def _print_table(header: list[str], rows: list[list[str]], markdown: bool) -> No
         print("|" + "---|" * len(header))
         for row in rows:
             print("| " + " | ".join(row) + " |")
-    else:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        for row in rows:
+    else:  # as `pip list` prints: the column names, a rule, the rows
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for row in [header, ["-" * w for w in widths], *rows]:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 

@@ -28,11 +28,14 @@ SEED_LIMIT = 2**32
 # change (e.g. the strategy: a run may move from one GPU to several machines).
 KEEP = "keep"  # a rerun in the same RUN_DIR must keep it to resume
 RETUNE = "retune"  # the same, except after a divergence (its error advises changing them)
-# What `steps`, `lr` and `warmup_steps` left None become (`TrainConfig.recipe`): the paper's
-# recipe from random weights; from trained ones (`weights`), a short run at a tenth of the
-# rate without warm-up, as fine-tuning goes (the Keras transfer-learning guide).
-SCRATCH = {"steps": CIFAR_RECIPE.steps, "lr": CIFAR_RECIPE.lr}
-FINE_TUNE = {"steps": 1000, "lr": 0.01, "warmup_steps": 0}
+# What `steps`, `batch_size`, `lr` and `warmup_steps` left None become
+# (`TrainConfig.recipe`): the paper's recipe from random weights; from trained ones
+# (`weights`), a short run at a tenth of the rate without warm-up, as fine-tuning goes (the
+# Keras transfer-learning guide), in batches of `model.fit`'s default 32, so that a folder of
+# 120 images (96 to train on once 20 % are held out) fits.
+SCRATCH = {"steps": CIFAR_RECIPE.steps, "batch_size": CIFAR_RECIPE.batch_size,
+           "lr": CIFAR_RECIPE.lr}
+FINE_TUNE = {"steps": 1000, "batch_size": 32, "lr": 0.01, "warmup_steps": 0}
 # What `freeze` keeps as loaded: nothing; BatchNormalization layers (scale, offset and
 # statistics: they run in inference mode); or every layer but the classifier.
 FREEZE = ("none", "bn", "backbone")
@@ -92,8 +95,9 @@ class TrainConfig:
                         "%(default)s)", resume=KEEP, choices=FREEZE)
     steps: int | None = field(None, f"total iterations (default {SCRATCH['steps']}; "
                               f"{FINE_TUNE['steps']} with --weights)", resume=KEEP)
-    batch_size: int = field(CIFAR_RECIPE.batch_size, "global batch, split across replicas; "
-                            "scale --lr with it (default %(default)s)", resume=KEEP)
+    batch_size: int | None = field(
+        None, f"global batch, split across replicas; scale --lr with it (default "
+        f"{SCRATCH['batch_size']}; {FINE_TUNE['batch_size']} with --weights)", resume=KEEP)
     lr: float | None = field(None, f"base learning rate (default {SCRATCH['lr']}; "
                              f"{FINE_TUNE['lr']} with --weights), divided by 10 at "
                              f"{_percents(CIFAR_RECIPE.lr_drops)} of --steps (ImageNet: "
@@ -145,8 +149,8 @@ class TrainConfig:
                 check_choice(f.name, value, f.metadata["choices"])
             if f.type == "bool" and not isinstance(value, bool):  # a truthy "no" is no switch
                 raise ValueError(f"`{f.name}` must be True or False. Received: {f.name}={value!r}")
-        check_positive(batch_size=self.batch_size, backup_every=self.backup_every)
-        for name in ("steps", "steps_per_epoch"):
+        check_positive(backup_every=self.backup_every)
+        for name in ("steps", "batch_size", "steps_per_epoch"):
             if getattr(self, name) is not None:
                 check_positive(**{name: getattr(self, name)})
         if self.val_examples is not None and not (isinstance(self.val_examples, int)
@@ -182,7 +186,7 @@ class TrainConfig:
         return cls(**{**values, "overrides": parse_overrides(args.overrides)})
 
     def recipe(self) -> TrainConfig:
-        """This config with `steps`, `lr` and `warmup_steps` that were left None set to the
+        """This config with `steps`, `batch_size`, `lr` and `warmup_steps` left None set to the
         defaults of its start: `SCRATCH`, or `FINE_TUNE` with `weights` (a warm-up left None
         from scratch is the trainer's: it depends on the dataset)."""
         defaults = FINE_TUNE if self.weights is not None else SCRATCH

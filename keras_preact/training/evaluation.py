@@ -12,11 +12,13 @@ from keras_preact.training.config import check_positive
 from keras_preact.weights import preprocessing_of
 
 
-def evaluate(model_or_path: ModelOrPath, *, dataset: str = "cifar10", split: str | None = None,
+def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: str | None = None,
              data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split or an
     image folder (`dataset`, as `train` takes it).
 
+    `dataset` defaults to what a run dir (or its model.keras) trained on, with its data dir,
+    and on a folder the images the run held out (`sources.eval_source`); else cifar10.
     `split` defaults to the dataset's labelled held-out split (`test` for CIFAR,
     `validation` for imagenet2012, whose `test` split has no labels; a folder's `all`).
     A run that recorded its class names (trained on a folder or another TFDS dataset) is
@@ -26,10 +28,12 @@ def evaluate(model_or_path: ModelOrPath, *, dataset: str = "cifar10", split: str
 
     Example:
     >>> evaluate("runs/preact-110", split="test")  # doctest: +SKIP
-    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000, 'split': 'test'}
+    {'accuracy': 0.9363, 'error': 6.37, 'loss': 0.29, 'examples': 10000, 'dataset': 'cifar10',
+     'split': 'test'}
     """
     import keras
 
+    dataset, data_dir, split = sources.eval_source(model_or_path, dataset, data_dir, split)
     info = sources.dataset_info(dataset, data_dir)
     check_positive(batch_size=batch_size)
     # A wrong path or a model that does not fit fails before the data is touched (downloaded).
@@ -60,4 +64,4 @@ def evaluate(model_or_path: ModelOrPath, *, dataset: str = "cifar10", split: str
         from_logits=outputs_logits(model)), metrics=["accuracy"], jit_compile=False)
     result = twin.evaluate(ds, verbose=0, return_dict=True)
     return {"accuracy": result["accuracy"], "error": 100.0 * (1.0 - result["accuracy"]),
-            "loss": result["loss"], "examples": examples, "split": split}
+            "loss": result["loss"], "examples": examples, "dataset": dataset, "split": split}

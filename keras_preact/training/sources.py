@@ -44,6 +44,42 @@ def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
     return _tfds_info(name, data_dir)
 
 
+# What `evaluate` reads when neither the model's run nor the caller names a dataset.
+DEFAULT_EVAL_DATASET = "cifar10"
+# The `dataset` a run on the caller's `tf.data.Dataset` records (`training.train`).
+IN_MEMORY = "tf.data.Dataset"
+
+
+def eval_source(model: object, dataset: str | None = None, data_dir: str | None = None,
+                split: str | None = None) -> tuple[str, str | None, str | None]:
+    """`(dataset, data_dir, split)` that `evaluate` reads for `model`: those given; with no
+    `dataset`, for a run dir (or its model.keras) the run's own dataset and data dir, and on
+    a folder the images the run held out (its `val_split`), since the rest trained it; else
+    `DEFAULT_EVAL_DATASET`. A `split` left None is the dataset's held-out one. No TensorFlow.
+
+    Example:
+    >>> eval_source("preact-20"), eval_source("preact-20", "cifar100", split="test")
+    (('cifar10', None, None), ('cifar100', None, 'test'))
+    """
+    from keras_preact import rundir
+
+    run = rundir.recorded(model) if dataset is None else {}
+    if not run.get("dataset"):
+        return dataset or DEFAULT_EVAL_DATASET, data_dir, split
+    dataset, data_dir = run["dataset"], data_dir or run.get("data_dir")
+    from keras_preact.training import folders
+
+    if dataset == IN_MEMORY:
+        raise ValueError(f"{os.fspath(model)!r} trained on a tf.data.Dataset, which evaluate "
+                         "cannot read again: pass --dataset.")
+    if split is None and folders.is_folder(dataset):
+        split = run.get("val_split")
+        if split is None:
+            raise ValueError(f"{os.fspath(model)!r} trained on every image of folder "
+                             f"{dataset!r} (--val-examples 0): pass --dataset with other images.")
+    return dataset, data_dir, split
+
+
 def _tfds_info(name: str, data_dir: str | None) -> DatasetInfo:
     """A TFDS dataset whose supervised keys are (Image, ClassLabel)."""
     import tensorflow_datasets as tfds
@@ -88,7 +124,9 @@ def check_source(name: str, data_dir: str | None = None, download: bool = False)
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise NotADirectoryError(f"The data dir {data_dir!r} is not a directory.")
     if data_dir is not None and not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"The data dir {data_dir!r} does not exist.")
+        # A relative path is the working directory's: a notebook kernel's is notebooks/.
+        where = "" if os.path.isabs(data_dir) else f" (from {os.getcwd()}: pass an absolute path)"
+        raise FileNotFoundError(f"The data dir {data_dir!r} does not exist{where}.")
     builder = tfds.builder(name, data_dir=data_dir)
     if _is_prepared(builder):
         return builder

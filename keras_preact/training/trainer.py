@@ -34,8 +34,6 @@ from keras_preact.training.resume import resolve_stages, resume_config, run_lock
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
 CIFAR_WARMUP_SHARE = CIFAR_RECIPE.warmup_steps / CIFAR_RECIPE.steps
-# config.json's "dataset" for images given as a tf.data.Dataset (`train(dataset=...)`).
-IN_MEMORY = "tf.data.Dataset"
 
 
 class TrainingStopped(RuntimeError):
@@ -102,7 +100,7 @@ def train(
     if isinstance(images, str):
         images = None
     elif images is not None:  # the caller's tf.data.Dataset
-        fields["dataset"] = IN_MEMORY
+        fields["dataset"] = sources.IN_MEMORY
     config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
     info = _dataset_info(config, images, class_names)
     overrides = config.overrides
