@@ -12,8 +12,7 @@ import keras
 
 from keras_preact import blocks
 from keras_preact.introspect import FINAL_PREFIX, scan_layer, stage_of, unit_prefix
-from keras_preact.preprocessing import scale_and_offset
-from keras_preact.pretrained import preprocessing_for
+from keras_preact.preprocessing import default_preprocessing, scale_and_offset
 from keras_preact.scanned_units import check_scannable, scanned_units
 from keras_preact.specs import STAGES, ResNetSpec, stem_ops
 
@@ -170,8 +169,8 @@ def graph(spec: ResNetSpec, stages: str = "layers",
 def preprocessing_layer(spec: ResNetSpec) -> keras.layers.Rescaling:
     """The first layer of a network built with `include_preprocessing=True`:
     `preprocess_input` with the statistics its weights were trained with
-    (`pretrained.preprocessing_for`), as a weightless Keras layer any runtime can load."""
-    scale, offset = scale_and_offset(preprocessing_for(spec).stats)
+    (`preprocessing.default_preprocessing`), as a weightless Keras layer any runtime loads."""
+    scale, offset = scale_and_offset(default_preprocessing(spec).stats)
     # float32 whatever the policy: raw pixels up to 255 lose precision in bfloat16.
     return keras.layers.Rescaling(list(scale), list(offset), dtype="float32", name=PREPROCESSING)
 

@@ -134,11 +134,28 @@ class Preprocessing:
 
 # The preprocessing of each family's own networks (fb.resnet.torch's: CIFAR's 32x32 images
 # whole; ImageNet resized to 256 on the shorter side, centre 224). Networks registered for
-# converted weights take their source's instead (`pretrained.preprocessing_for`).
+# converted weights take their source's geometry instead (`pretrained.preprocessing_for`).
 FAMILY_PREPROCESSING = {
     "cifar": Preprocessing("cifar", size=32, crop_pct=None),
     "imagenet": Preprocessing("imagenet", size=224, crop_pct=224 / 256),
 }
+# timm's pretrained configs (timm/models/resnetv2.py `_cfg` and its tags): Inception mean/std
+# (0.5), eval at 224 after resizing the shorter side to 224 / crop_pct.
+TIMM_DEFAULT = Preprocessing("inception", size=224, crop_pct=0.875)
+
+
+def default_preprocessing(spec) -> Preprocessing:
+    """What a network `spec` takes before any published record says more: timm's ResNetV2
+    default for timm's stem (`stem="conv-pool"`), else its family's. A record of converted
+    weights changes the geometry only, never these statistics (`tests/test_convert.py`), so
+    they are what `include_preprocessing` bakes in (`builder.preprocessing_layer`).
+
+    Example:
+    >>> from keras_preact.specs import resolve
+    >>> default_preprocessing(resolve("preact-50-imagenet-timm")).stats
+    'inception'
+    """
+    return TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family]
 
 
 def resize_for_eval(images: ArrayLike, preprocessing: Preprocessing,

@@ -25,7 +25,7 @@ import os
 import warnings
 
 from keras_preact.datasets import DATASETS
-from keras_preact.preprocessing import FAMILY_PREPROCESSING, RGB, Preprocessing
+from keras_preact.preprocessing import RGB, Preprocessing, default_preprocessing
 from keras_preact.specs import registered, resolve
 
 # Package data: small files ship inside the wheel, beside this module.
@@ -162,16 +162,11 @@ def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     return [n for n in registered(pattern) if not pretrained or n in published]
 
 
-# timm's pretrained configs (timm/models/resnetv2.py `_cfg` and its tags): Inception mean/std
-# (0.5), eval at 224 after resizing the shorter side to 224 / crop_pct.
-TIMM_DEFAULT = Preprocessing("inception", size=224, crop_pct=0.875)
-
-
 def preprocessing_for(spec) -> Preprocessing:
     """The preprocessing the network `spec` describes takes: for a network registered for
     converted weights (the `-timm` nets, whose only weights are timm's), its source's (head and
     image size aside); for another timm stem (`stem="conv-pool"`), timm's ResNetV2 default;
-    else its family's (`preprocessing.FAMILY_PREPROCESSING`). `in_model`: whether the
+    else its family's (`preprocessing.default_preprocessing`). `in_model`: whether the
     network normalizes its input itself (`include_preprocessing`).
 
     Example:
@@ -184,7 +179,7 @@ def preprocessing_for(spec) -> Preprocessing:
     found = next((record.preprocessing for record in _RECORDS.values()
                   if isinstance(record, ConvertedRecord) and not differences(
                       spec, resolve(record.model), HEAD_FIELDS + ("classes",))),
-                 TIMM_DEFAULT if spec.stem == "conv-pool" else FAMILY_PREPROCESSING[spec.family])
+                 default_preprocessing(spec))
     return dataclasses.replace(found, in_model=spec.include_preprocessing)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact.pretrained import TIMM_DEFAULT, ConvertedRecord, WeightsRecord, register
+from keras_preact.preprocessing import TIMM_DEFAULT
+from keras_preact.pretrained import ConvertedRecord, WeightsRecord, register
 
 # Trained here, shipped in the package.
 register(WeightsRecord(

@@ -282,6 +282,9 @@ def test_the_records_fit_the_converter_and_the_source():
         # No hash is invented: each is None until someone downloads the file and records it.
         assert r.sha256 is None or len(r.sha256) == 64
         assert preprocessing.STATS[r.preprocessing.stats] == ((127.5,) * 3, (127.5,) * 3)
+        # A record changes the geometry only: what include_preprocessing bakes in holds.
+        default = preprocessing.default_preprocessing(keras_preact.get_spec(r.model))
+        assert r.preprocessing.stats == default.stats
 
 
 # --- Preprocessing follows the network: a -timm net takes its source's everywhere.

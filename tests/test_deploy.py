@@ -248,15 +248,15 @@ def test_openvino_rejects_wrong_dtype_and_shape(small_exports):
 
 def test_litert_rejects_wrong_dtype_and_shape(small_exports):
     interpreter = litert.Interpreter(small_exports["litert"])
+    # The README says why a fresh file's `shape` reads batch 1: the size LiteRT allocates
+    # first for the dynamic batch of `shape_signature`.
+    assert list(interpreter.get_input_details()[0]["shape"]) == [1, 32, 32, 3]
     with pytest.raises(ValueError, match="FLOAT32 but expected type UINT8"):
         interpreter.get_signature_runner()(images=WRONG_DTYPE)
     # The signature runner resizes its input to anything; a strict resize (only the -1
     # batch dimension may change) is LiteRT's own check of the [-1, 32, 32, 3] input.
     index = interpreter.get_input_details()[0]["index"]
-    details = interpreter.get_input_details()[0]
-    # The README says why `shape` reads batch 1: the allocated size of a dynamic batch.
-    assert list(details["shape"]) == [1, 32, 32, 3]
-    assert list(details["shape_signature"]) == [-1, 32, 32, 3]
+    assert list(interpreter.get_input_details()[0]["shape_signature"]) == [-1, 32, 32, 3]
     interpreter.resize_tensor_input(index, GOOD.shape, strict=True)
     with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
         interpreter.resize_tensor_input(index, WRONG_SIDE.shape, strict=True)

@@ -73,15 +73,18 @@ def test_the_readmes_parameter_counts_of_preact_1001_agree():
 def test_an_untrained_net_in_inference_mode_grows_with_depth_as_the_readme_says():
     """A newcomer's smoke test, `build("preact-1001")` in inference mode, returns NaN: the
     README says why (BN's initial moving statistics do not normalize), measured here at
-    depth 110: features of about 1e8 in inference mode, of order 1 with batch statistics."""
+    depth 110: features of 1e6 to 1e8 in inference mode (seeds 0-4), of order 1 with batch
+    statistics."""
+    import keras
     import numpy as np
 
     from keras_preact.preprocessing import preprocess_input
 
+    keras.utils.set_random_seed(0)  # 2.7e6 then; the README gives the range of five seeds
     images = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype="uint8")
     features = keras_preact.build("preact-110", stages="scan", include_top=False, pooling="avg")
     inference = np.abs(features(preprocess_input(images), training=False).numpy()).max()
     batch_stats = np.abs(features(preprocess_input(images), training=True).numpy()).max()
-    assert 1e7 < inference < 1e9 and batch_stats < 10, (inference, batch_stats)
+    assert 1e6 < inference < 1e8 and batch_stats < 1, (inference, batch_stats)
     readme = " ".join((ROOT / "README.md").read_text().split())
-    assert "preact-110's final features reach about 1e8" in readme
+    assert "preact-110's final features reach 1e6 to 1e8" in readme
