@@ -78,6 +78,11 @@ def test_resume_keys_and_what_a_diverged_run_may_change():
     ({"mixed_precision": "fp8"}, "Unknown mixed_precision 'fp8'. Valid: ['off', 'bfloat16', "
                                  "'float16']."),
     ({"freeze": "all"}, "Unknown freeze 'all'. Valid: ['none', 'bn', 'backbone']."),
+    # Froze freshly initialized BatchNorm (mean 0, variance 1) without a word (#43).
+    ({"freeze": "bn"}, "`freeze` keeps loaded weights fixed: pass the weights to start from "
+                       "with it (--weights TAG|FILE|RUN_DIR), or freeze 'none'. Received: "
+                       "freeze='bn', weights=None"),
+    ({"freeze": "backbone"}, "Received: freeze='backbone', weights=None"),
     # Was accepted, then refused by keras.utils.set_random_seed after the run dir was made.
     ({"seed": -1}, "`seed` must be None or an integer in [0, 2**32). Received: seed=-1"),
     ({"seed": 2**32}, "Received: seed=4294967296"),

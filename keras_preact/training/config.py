@@ -87,9 +87,9 @@ class TrainConfig:
         "everything below it loaded. Fine-tuning defaults: --steps "
         f"{FINE_TUNE['steps']}, --lr {FINE_TUNE['lr']}, --warmup-steps "
         f"{FINE_TUNE['warmup_steps']}", resume=KEEP, metavar="TAG|FILE|RUN_DIR")
-    freeze: str = field("none", "keep loaded weights fixed: bn = BatchNorm layers (scale, "
-                        "offset and statistics), backbone = all but the classifier (default "
-                        "%(default)s)", resume=KEEP, choices=FREEZE)
+    freeze: str = field("none", "keep loaded weights (--weights) fixed: bn = BatchNorm layers "
+                        "(scale, offset and statistics), backbone = all but the classifier "
+                        "(default %(default)s)", resume=KEEP, choices=FREEZE)
     steps: int | None = field(None, f"total iterations (default {SCRATCH['steps']}; "
                               f"{FINE_TUNE['steps']} with --weights)", resume=KEEP)
     batch_size: int = field(CIFAR_RECIPE.batch_size, "global batch, split across replicas; "
@@ -156,6 +156,10 @@ class TrainConfig:
         if self.weights is not None and not (isinstance(self.weights, str) and self.weights):
             raise ValueError(f"`weights` must be None, a published tag, a .weights.h5 file or "
                              f"a run dir. Received: weights={self.weights!r}")
+        if self.freeze != "none" and self.weights is None:  # fresh BN is mean 0, variance 1
+            raise ValueError(f"`freeze` keeps loaded weights fixed: pass the weights to start "
+                             f"from with it (--weights TAG|FILE|RUN_DIR), or freeze 'none'. "
+                             f"Received: freeze={self.freeze!r}, weights=None")
         seed = self.seed  # checked here: keras.utils.set_random_seed refuses it only later
         if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
                                      and 0 <= seed < SEED_LIMIT):
