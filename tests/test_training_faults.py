@@ -172,6 +172,14 @@ def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
                               r"\(Expecting property name"),
     (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text("[]"),
      ["--output", "{d}/run"], r"{d}/run/config.json is not a keras-preact run config \(\[\]\)"),
+    # Both were an AttributeError traceback ('SessionLog' object has no attribute 'sessions').
+    (lambda d: (d / "run").mkdir() or (d / "run" / "sessions.json").write_text('[{"mach'),
+     ["--output", "{d}/run"], "{d}/run/sessions.json is not a keras-preact sessions file "
+                              r"\(Unterminated string.*\)\. Move it away to start over, or "
+                              "choose another --output.$"),
+    (lambda d: (d / "run").mkdir() or (d / "run" / "sessions.json").write_text('["mine"]'),
+     ["--output", "{d}/run"], "{d}/run/sessions.json is not a keras-preact sessions file "
+                              r"\(an entry without machine, seconds, started, steps: mine\)"),
     (None, ["--output", "{d}/run", "--lr", "inf"], "Need finite lr > 0.*lr=inf"),
     (None, ["--output", "{d}/run", "--val-examples", "50000"],
      "'cifar10' has 50000 training examples: `val_examples` \\+ `batch_size` must not exceed"),
@@ -185,12 +193,15 @@ def test_bad_run_dirs_and_settings_are_one_line(setup, argv, message, tmp_path, 
     if setup:
         setup(tmp_path)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
+    started_ns = time.time_ns()
     argv = [a.format(d=tmp_path) for a in argv]
     assert cli.main(["train", "preact-20", "--data-dir", cifar10_data_dir, *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("keras-preact train: error: ")
     assert re.search(message.format(d=tmp_path), err), err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+    for path in tmp_path.rglob("*.json"):  # nor replaced
+        assert path.stat().st_mtime_ns <= started_ns, path
 
 
 @pytest.mark.parametrize("value", ["not json", "[]", '{"cluster": []}'])

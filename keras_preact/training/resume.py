@@ -13,6 +13,9 @@ import os
 from keras_preact import rundir, scan
 from keras_preact.training.config import DIVERGED_MAY_CHANGE, RESUME_KEYS, STAGES, check_choice
 
+# What to do about a run file in --output that is damaged or not ours: it is never replaced.
+NOT_OURS = "Move it away to start over, or choose another --output."
+
 
 def saved_config(output: str) -> dict:
     """The config.json of an earlier run in `output`, or {}."""
@@ -21,8 +24,16 @@ def saved_config(output: str) -> dict:
     try:
         return rundir.read_config(output)
     except ValueError as error:
-        raise ValueError(f"{error} Move it away to start over, or choose another --output.") \
-            from None
+        raise ValueError(f"{error} {NOT_OURS}") from None
+
+
+def check_sessions(output: str) -> None:
+    """A one-line ValueError, before anything is written, when `output`'s sessions file is
+    damaged or somebody else's (the trainer would append to it at the start of fit)."""
+    try:
+        rundir.read_sessions(output)
+    except ValueError as error:
+        raise ValueError(f"{error} {NOT_OURS}") from None
 
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:

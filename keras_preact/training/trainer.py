@@ -29,7 +29,7 @@ from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
 from keras_preact.training.config import TrainConfig
 from keras_preact.training.net import build_and_compile, check_recompute
-from keras_preact.training.resume import resolve_stages, resume_config, run_lock
+from keras_preact.training.resume import check_sessions, resolve_stages, resume_config, run_lock
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
@@ -132,6 +132,7 @@ def train(
     if os.path.exists(os.path.join(output, rundir.MODEL)):
         raise FileExistsError(f"{output!r} already holds a finished run ({rundir.MODEL}). "
                               "Choose another --output.")
+    check_sessions(output)
 
     # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
     strat = distribute.select_strategy(config.strategy,
