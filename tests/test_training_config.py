@@ -246,3 +246,40 @@ def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, 
                             overrides={"depth": 14}, mixed_precision=precision)
     layers = scanned_layers(net)
     assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}
+
+
+def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, monkeypatch):
+    """`--dataset images/`, `images` and its absolute path (and `--weights` likewise) name one
+    folder: config.json records it absolute, and the rerun resumes instead of being refused
+    as a run with other settings (#43)."""
+    import numpy as np
+    import PIL.Image
+
+    from keras_preact.training import resume, trainer
+
+    for name in ("cat", "dog"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(3):
+            PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
+                tmp_path / "images" / name / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trainer, "_fit", lambda spec, model, config, *rest: config)
+    fields = dict(steps=2, batch_size=2, val_examples=1, overrides={"depth": 8})
+    config = trainer.train("preact-20", output="run", dataset="images/", **fields)
+    assert config.dataset == rundir.read_config("run")["dataset"] == str(tmp_path / "images")
+    (tmp_path / "run" / rundir.BACKUP).mkdir()
+    (tmp_path / "run" / rundir.BACKUP / rundir.BACKUP_FILE).write_bytes(b"")
+    for spelling in ("images", "./images/", str(tmp_path / "images") + "/"):
+        trainer.train("preact-20", output="run", dataset=spelling, **fields)  # resumes
+    # A run dir recorded before paths were absolute: its relative path, resolved here.
+    saved = {**rundir.read_config("run"), "dataset": "images/"}
+    rundir.write_config("run", saved)
+    assert resume.resume_config("run", {**saved, "dataset": str(tmp_path / "images")})
+    from keras_preact.training.config import absolute_paths
+
+    assert absolute_paths({"weights": "run/", "dataset": "cifar10"}) == {
+        "weights": str(tmp_path / "run"), "dataset": "cifar10"}  # a run dir; a TFDS name
+    assert absolute_paths({"weights": "cifar10"}) == {"weights": "cifar10"}  # a tag
+    (tmp_path / "other" / "cat").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"other settings.*dataset: 'images/' -> '.*/other'"):
+        resume.resume_config("run", {**saved, "dataset": str(tmp_path / "other")})

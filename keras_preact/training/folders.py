@@ -39,8 +39,12 @@ class ImageFolder:
 
 
 def is_folder(dataset: str) -> bool:
-    """A `--dataset` value that names a folder rather than a TFDS dataset."""
-    return os.path.isdir(dataset) or os.sep in dataset or dataset.startswith(".")
+    """A `--dataset` value that names a folder rather than a TFDS dataset (a paper dataset's
+    name is that dataset, whatever folder of that name the working directory holds)."""
+    from keras_preact.datasets import DATASETS
+
+    return dataset not in DATASETS and (os.path.isdir(dataset) or os.sep in dataset
+                                        or dataset.startswith("."))
 
 
 def scan(root: str) -> ImageFolder:

@@ -27,7 +27,7 @@ from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
-from keras_preact.training.config import TrainConfig
+from keras_preact.training.config import TrainConfig, absolute_paths
 from keras_preact.training.net import build_and_compile, check_recompute
 from keras_preact.training.resume import check_sessions, resolve_stages, resume_config, run_lock
 
@@ -104,6 +104,7 @@ def train(
     elif images is not None:  # the caller's tf.data.Dataset
         fields["dataset"] = IN_MEMORY
     config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
+    config = dataclasses.replace(config, **absolute_paths(dataclasses.asdict(config)))
     info = _dataset_info(config, images, class_names)
     overrides = config.overrides
     spec = resolve(model, **overrides)
