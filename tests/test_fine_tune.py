@@ -175,6 +175,63 @@ def test_bad_weights_or_dataset_is_one_line(argv, message, tmp_path, capsys, cif
     assert not output.exists()
 
 
+def _foreign_weights(tmp_path, kind: str) -> str:
+    import h5py
+    import keras
+
+    from keras_preact import weights
+
+    path = str(tmp_path / f"{kind}.weights.h5")
+    if kind == "no bias":  # a Dense head without bias: its group has a kernel only
+        keras.Sequential([keras.Input((4,)), keras.layers.Dense(10, use_bias=False)]
+                         ).save_weights(path)
+    elif kind == "foreign":
+        with h5py.File(path, "w") as f:
+            f["x"] = [1, 2]
+    elif kind == "cut short":
+        data = pathlib.Path(pretrained.PACKAGE_DIR, "preact-20-cifar10.weights.h5").read_bytes()
+        pathlib.Path(path).write_bytes(data[: len(data) // 2])
+    else:  # a run dir whose model.keras was cut short
+        path = str(tmp_path / "run")
+        os.makedirs(path)
+        weights.save_plain(keras_preact.build("preact-20", depth=8), f"{path}/model.keras")
+        data = pathlib.Path(path, "model.keras").read_bytes()
+        pathlib.Path(path, "model.keras").write_bytes(data[: len(data) // 2])
+        rundir.write_config(path, {"model": "preact-20", "overrides": {"depth": 8}})
+    return path
+
+
+@pytest.mark.parametrize("kind, message", [
+    # Was h5py's KeyError "Unable to synchronously open object" traceback (#43).
+    ("no bias", "The weights in '{path}' do not fit 'resnet' as built"),
+    ("foreign", "'{path}' holds no classifier kernel keras_preact can read"),
+    ("cut short", "Could not read '{path}' as a .weights.h5 file (Unable to synchronously "
+                  "open file (truncated file"),
+    # Was a zipfile.BadZipFile traceback.
+    ("run cut short", "Could not read '{path}/model.keras' as a .keras file (not a whole "
+                      ".keras archive (BadZipFile: File is not a zip file)); pass a whole file"),
+])
+def test_foreign_or_cut_short_weights_are_one_line(kind, message, tmp_path, capsys):
+    path = _foreign_weights(tmp_path, kind)
+    output = tmp_path / "out"
+    assert cli.main(["train", "preact-20", "--override", "depth=8", "--weights", path,
+                     "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
+    assert message.format(path=path) in err
+    assert not output.exists()
+    if kind == "run cut short":  # the other readers of the file
+        for command in (["evaluate", path], ["export", path, "--base", str(tmp_path / "e")]):
+            assert cli.main(command) == 2
+            assert capsys.readouterr().err == (
+                f"keras-preact {command[0]}: error: '{path}/model.keras' is not a .keras model "
+                "file (BadZipFile: File is not a zip file) (a copy cut short by a full disk or "
+                "a stopped transfer must be made again).\n")
+    elif kind == "cut short":
+        with pytest.raises(OSError, match="as a .weights.h5 file .*must be made again"):
+            keras_preact.build("preact-20", weights=path)
+
+
 def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys,
                                                           cifar10_data_dir):
     assert cli.main(["train", "resnet-20", "--weights", str(runs[0]), "--dataset", "cifar10",
