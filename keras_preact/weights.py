@@ -41,8 +41,8 @@ from keras_preact import rundir
 from keras_preact.builder import CLASSIFIER
 from keras_preact.datasets import DATASETS
 from keras_preact.introspect import UNIT_PREFIX, unit_prefix
-from keras_preact.network import ResNet, build_from_spec, network_in, spec_in, spec_of
-from keras_preact.preprocessing import FAMILY_PREPROCESSING, Preprocessing
+from keras_preact.network import ResNet, build_from_spec, network_of, spec_in, spec_of
+from keras_preact.preprocessing import Preprocessing
 from keras_preact.pretrained import (
     HEAD_FIELDS,
     differences,
@@ -277,15 +277,15 @@ def load(path: str, config: dict, *, fast: bool = False, compile: bool = True) -
 
 def preprocessing_of(model: keras.Model) -> Preprocessing:
     """The normalization and evaluation geometry `model` takes: its network's
-    (`pretrained.preprocessing_for`: a `-timm` net takes timm's), else CIFAR's. The one
-    answer for evaluation, SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
+    (`pretrained.preprocessing_for`: a `-timm` net takes timm's); a one-line ValueError for
+    a model that holds none (`network.network_of`). The one answer for evaluation,
+    SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
 
     Example:
     >>> preprocessing_of(build_network("preact-18-imagenet-timm", input_shape=(64, 64, 3)))
     Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic')
     """
-    network = network_in(model)
-    return FAMILY_PREPROCESSING["cifar"] if network is None else preprocessing_for(network.spec)
+    return preprocessing_for(network_of(model).spec)
 
 
 @dataclasses.dataclass(frozen=True)
