@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import PIL.Image
@@ -156,6 +157,72 @@ def test_a_bad_folder_is_one_line_and_writes_nothing(kind, message, tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
     assert message.format(root=root) in err
+    assert not output.exists()
+
+
+def _odd_folder(tmp_path) -> pathlib.Path:
+    """4 + 4 images, beside every kind of entry that is not one (#43)."""
+    root = tmp_path / "images"
+    for name in ("cat", "dog"):
+        os.makedirs(root / name)
+        for i in range(4):
+            PIL.Image.fromarray(np.full((8, 8, 3), i, "uint8")).save(root / name / f"{i}.png")
+    (root / "cat" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    os.makedirs(root / "cat" / ".ipynb_checkpoints")
+    (root / "cat" / ".ipynb_checkpoints" / "0-checkpoint.png").write_bytes(
+        (root / "cat" / "0.png").read_bytes())
+    os.makedirs(root / ".ipynb_checkpoints")  # not a class
+    os.symlink("..", root / "cat" / "up")  # a loop: was followed again and again
+    (root / "dog" / "notes.txt").write_text("not a picture")
+    os.symlink(root / "dog" / "deleted.png", root / "dog" / "gone.png")  # a broken link
+    os.symlink("0.png", root / "dog" / "again.png")  # one image, two names
+    os.symlink("../cat", root / "dog" / "cats")  # another class's folder
+    return root
+
+
+def test_entries_that_are_not_images_are_skipped_and_named_once(tmp_path, capsys):
+    from keras_preact.training import folders as image_folders
+
+    root = _odd_folder(tmp_path)
+    said = (f"skipped 8 entries of image folder '{root}' that are not images: "
+            ".ipynb_checkpoints (hidden), cat/.ipynb_checkpoints (hidden), cat/up (a folder "
+            "already read: a link loop or a link to another class), cat/.DS_Store (hidden), "
+            "dog/cats (a folder already read: a link loop or a link to another class) and 3 "
+            "more")
+    with pytest.warns(UserWarning) as caught:
+        folder = image_folders.scan(str(root))
+        image_folders.scan(str(root))  # as a run does, several times: said once
+    assert [str(w.message) for w in caught] == [said]
+    assert folder.class_names == ("cat", "dog") and len(folder.files) == 8  # 2,886 before
+    assert sorted(os.path.relpath(f, root) for f in folder.files) == [
+        f"{c}/{i}.png" for c in ("cat", "dog") for i in range(4)]
+    # The CLI trains on the 8 images, with one line for the skipped entries (one more than
+    # above: a new message).
+    (root / "dog" / "more.txt").write_text("")
+    output = tmp_path / "run"
+    with warnings.catch_warnings():  # pyproject's "ignore::UserWarning:keras.*" matches us too
+        warnings.simplefilter("default")
+        assert cli.main(["train", "preact-20", "--dataset", str(root), "--output", str(output),
+                         "--steps", "1", "--batch-size", "2", "--override", "depth=8"]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"keras-preact train: warning: {said.replace('8 entries', '9 entries')}"
+                   .replace("and 3 more", "and 4 more") + "\n"), err
+    assert rundir.read_config(output)["train_split"] == "all[:-2]"  # 20 % of 8 held out
+
+
+def test_an_image_it_may_not_read_is_one_line(tmp_path, capsys, monkeypatch):
+    from keras_preact.training import folders as image_folders
+
+    root = _bad_folder(tmp_path, "cat and dog")
+    denied = str(root) + "/dog/0.png"
+    access = os.access  # root reads anything: the test denies it as chmod 000 would
+    monkeypatch.setattr(image_folders.os, "access",
+                        lambda p, mode: p != denied and access(p, mode))
+    output = tmp_path / "run"
+    assert cli.main(["train", "preact-20", "--dataset", root, "--output", str(output)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-preact train: error: Cannot read image '{denied}' (permission denied): make "
+        "it readable, or move it out of the folder.\n")
     assert not output.exists()
 
 
