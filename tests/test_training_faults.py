@@ -280,14 +280,20 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
     assert time.monotonic() - started < 250
 
 
-def test_sigterm_to_a_waiting_worker_ends_the_worker_too(tmp_path):
-    # `timeout` and `docker stop` signal the pid they started: the supervising parent, which
-    # passes it on to the worker waiting in TensorFlow.
+@pytest.mark.parametrize("target", ["parent", "worker"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_to_either_process_ends_both_in_one_line(signum, target, tmp_path):
+    # `kill`, `timeout`, `docker stop` and IDE stop buttons signal one pid (not the group):
+    # the supervising parent passed on SIGTERM and SIGHUP only, and ignored SIGINT (#43).
     process, _ = _lonely_worker(tmp_path / "run", 300)
     assert process.stderr.readline().startswith("keras-preact: waiting for the 2 workers")
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM
+    (worker,) = [int(p) for p in subprocess.run(["pgrep", "-P", str(process.pid)],
+                                                capture_output=True, text=True).stdout.split()]
+    os.kill(process.pid if target == "parent" else worker, signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}"
+    assert err == f"keras-preact train: {what}; rerun the same command to resume\n"
     deadline = time.monotonic() + 10  # the watchdog's next look at its parent is 0.5 s away
     while time.monotonic() < deadline and _processes_naming(tmp_path / "run"):
         time.sleep(0.1)
