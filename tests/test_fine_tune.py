@@ -129,6 +129,47 @@ def test_deterministic_twice_gives_one_weights_hash(folders, tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) == 16
 
 
+def test_deterministic_killed_and_resumed_ends_with_the_uninterrupted_hash(tmp_path):
+    """kill -9 once a backup is on disk, rerun: the resumed run trains each later step on
+    the batch the uninterrupted one had (the input replayed up to the backup), so both end
+    with one weights hash; a fresh input stream gave another (#43)."""
+    import signal
+    import time
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / "images" / name)
+        for i in range(12):
+            PIL.Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+                tmp_path / "images" / name / f"{i}.png")
+    command = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--dataset",
+               str(tmp_path / "images"), "--steps", "120", "--batch-size", "4",
+               "--val-examples", "4", "--backup-every", "3", "--override", "depth=8",
+               "--deterministic"]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def digest(out: str) -> str:
+        return out.split("sha256 ")[1].split(";")[0]
+
+    whole = subprocess.run([*command, "--output", str(tmp_path / "whole")], capture_output=True,
+                           text=True, check=True, env=env).stdout
+    run = tmp_path / "killed"
+    process = subprocess.Popen([*command, "--output", str(run)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 300
+    while not (run / "backup" / "latest.weights.h5").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run / "model.keras").exists(), "finished before it could be killed"
+    resumed = subprocess.run([*command, "--output", str(run)], capture_output=True, text=True,
+                             check=True, env=env).stdout
+    step = int(resumed.split("resuming from step ")[1].split()[0])
+    assert 0 < step < 120
+    assert f"--deterministic: replaying the input's first {step} batches" in resumed
+    assert digest(resumed) == digest(whole)
+
+
 def _bad_folder(tmp_path, kind: str) -> str:
     root = tmp_path / "images"
     image = PIL.Image.fromarray(np.zeros((32, 32, 3), "uint8"))

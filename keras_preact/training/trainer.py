@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 
 import keras
@@ -242,8 +243,19 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         resumed = run_callbacks.restore_backup(net, backup_dir)
     epochs = math.ceil(steps / spe)
     if resumed is not None and verbose:
-        print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})",
-              flush=True)
+        print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})"
+              + (f"; --deterministic: replaying the input's first {resumed} batches"
+                 if config.deterministic else ""), flush=True)
+    if resumed and config.deterministic and preprocessing.crop_pct is not None:
+        warnings.warn("--deterministic cannot promise the uninterrupted run's weights after "
+                      "this resume: ImageNet-size crops draw from stateful generators, which "
+                      "a rerun does not replay (CIFAR-size nets' input does).", stacklevel=2)
+    if resumed and config.deterministic:
+        # fit reads one stream of batches over all epochs; a rerun's starts again at its
+        # first batch. Skipping those the run has trained on runs the input's shuffle and
+        # augmentation (and their random ops) through them, so that step `resumed + 1`
+        # trains on the batch it would have had uninterrupted.
+        train_ds = train_ds.skip(resumed)
     guard = run_callbacks.TrainingGuard(steps)
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
