@@ -40,7 +40,10 @@ def _other_value(f):
 def test_each_field_is_a_train_flag_with_its_default(f):
     assert _parse_train() == TrainConfig()
     value, flags = _other_value(f)
-    assert _parse_train(*flags) == dataclasses.replace(TrainConfig(), **{f.name: value})
+    # freeze keeps loaded weights: it goes with --weights
+    base = {"weights": "cifar10"} if f.name == "freeze" else {}
+    flags += ["--weights", "cifar10"] if base else []
+    assert _parse_train(*flags) == dataclasses.replace(TrainConfig(), **base, **{f.name: value})
 
 
 def test_defaults_are_the_papers_recipe():

@@ -111,6 +111,10 @@ def connect_guard(timeout: float):
 
 # The signals `supervise` passes on to its worker.
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a worker has to end after a stop signal passed on before it is killed: while it
+# waits for its peers, TensorFlow's coordination service takes SIGTERM as a preemption notice
+# and goes on waiting.
+STOP_GRACE_S = 10
 
 
 def supervise(said=None) -> int | None:
@@ -123,7 +127,9 @@ def supervise(said=None) -> int | None:
     the line). The child runs in a process group of its own, so every SIGINT, SIGTERM and
     SIGHUP reaches it once, whoever sent it: sent to this pid (`kill`, `timeout`, `docker
     stop`, an IDE's stop button) or to its group (the terminal's Ctrl-C), it is passed on.
-    Sent to the child itself, it ends the child as it would unsupervised. A child ended by
+    A child that has not ended `STOP_GRACE_S` after it is killed. Sent to the child itself,
+    it ends the child as it would unsupervised (but for a SIGTERM while it waits for its
+    peers, which TensorFlow's coordination service takes and ignores). A child ended by
     one of them without saying so (their default action, e.g. while it waits for its peers)
     gets its one line from `said(number)`. A SIGKILL cannot be passed on: the kernel kills
     the child with its parent (Linux's PR_SET_PDEATHSIG), so `kill -9` of the pid one started
@@ -143,12 +149,23 @@ def supervise(said=None) -> int | None:
         # Out of the terminal's process group: a Ctrl-C reaches it once, through the parent.
         os.setpgid(0, 0)
         return None
+    stops = []  # the stop signals passed on
+
+    def pass_on(number, _):
+        stops.append(number)
+        _pass_on(child, number)
+        signal.alarm(STOP_GRACE_S)
+
     for s in PASSED_ON:
-        signal.signal(s, lambda number, _: _pass_on(child, number))
+        signal.signal(s, pass_on)
+    signal.signal(signal.SIGALRM, lambda *_: _pass_on(child, signal.SIGKILL))
     status = os.waitpid(child, 0)[1]  # retried after a handled signal (PEP 475)
+    signal.alarm(0)
     if not os.WIFSIGNALED(status):
         return os.WEXITSTATUS(status)
     number = os.WTERMSIG(status)
+    if number == signal.SIGKILL and stops:  # killed for a stop signal it did not end on
+        number = stops[0]
     if number == CONNECT_TIMEOUT_SIGNAL:  # the child has printed the line
         return CONNECT_TIMEOUT_EXIT
     if number in PASSED_ON and said is not None:
