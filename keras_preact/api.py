@@ -181,8 +181,10 @@ def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
         ) from None
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, RecursionError) as e:
         # RecursionError: JSON nested deeper than Python's recursion limit.
+        cut = (" (a copy cut short by a full disk or a stopped transfer must be made again)"
+               if isinstance(e, zipfile.BadZipFile) else "")
         raise ValueError(
-            f"{path!r} is not a .keras model file ({type(e).__name__}: {e})."
+            f"{path!r} is not a .keras model file ({type(e).__name__}: {e}){cut}."
         ) from None
     layers = _count_layers(config, path)
     if layers > max_layers:

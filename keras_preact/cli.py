@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import warnings
 
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     show_warnings(args.command, args.verbose)
     try:
         if argv is None and args.command == "train" and distribute.cluster_workers() > 1:
-            status = distribute.supervise()  # so that a connect timeout exits 2, not 138
+            # So that a connect timeout exits 2, not 138, and any stop signal ends both.
+            status = distribute.supervise(lambda number: _stopped(args, number))
             if status is not None:
                 return status
         return args.func(args) or 0
@@ -144,13 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"keras-preact {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the command's own cleanup has run on the way here
-        hint = getattr(args, "on_interrupt", None)
-        print(f"keras-preact {args.command}: interrupted{f'; {hint}' if hint else ''}",
-              file=sys.stderr, flush=True)
+        _stopped(args, signal.SIGINT)
         if argv is None:  # the program itself (not a caller's Python): skip TensorFlow's
             sys.stdout.flush()  # teardown, which joins its thread pools for seconds
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _stopped(args: argparse.Namespace, number: int) -> None:
+    """The one line of a command ended by signal `number`: "interrupted" for Ctrl-C."""
+    hint = getattr(args, "on_interrupt", None)
+    what = "interrupted" if number == signal.SIGINT else f"stopped by {signal.Signals(number).name}"
+    print(f"keras-preact {args.command}: {what}{f'; {hint}' if hint else ''}", file=sys.stderr,
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -140,8 +140,21 @@ def network_in(model: keras.Model) -> ResNet | None:
     return nested[0] if len(nested) == 1 else None
 
 
-def family_of(model: keras.Model) -> str:
-    """The family ("cifar" or "imagenet") of `model`'s network (`network_in`); any other
-    model is taken as a CIFAR one."""
+def network_of(model: keras.Model) -> ResNet:
+    """`model`'s network (`network_in`), whose spec says its family and preprocessing; a
+    one-line ValueError for any other model: which preprocessing it takes is never guessed
+    (a CIFAR guess for an ImageNet net is a silently wrong answer)."""
     network = network_in(model)
-    return "cifar" if network is None else network.spec.family
+    if network is None:
+        raise ValueError(
+            f"Cannot tell which preprocessing model {getattr(model, 'name', model)!r} takes: "
+            "it holds no network keras_preact built (a .keras file loaded and saved again by "
+            "Keras alone loses keras_preact's entry). Use the file keras_preact wrote (a run "
+            "dir's model.keras, or keras_preact.build(...).save) or the network itself. "
+            f"Received: {type(model).__name__}")
+    return network
+
+
+def family_of(model: keras.Model) -> str:
+    """The family ("cifar" or "imagenet") of `model`'s network (`network_of`)."""
+    return network_of(model).spec.family

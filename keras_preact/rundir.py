@@ -27,6 +27,7 @@ METRICS = "metrics.csv"
 # at every epoch end: {"machine", "started" (UTC, ISO 8601), "seconds" (in fit), "steps":
 # [first, last]}. What a run cost, summed over sessions and machines (`training_time`).
 SESSIONS = "sessions.json"
+SESSION_KEYS = {"machine", "started", "seconds", "steps"}
 MODEL = "model.keras"
 LOGS = "logs"
 BACKUP = "backup"
@@ -92,7 +93,7 @@ def write_config(run_dir: str | os.PathLike, config: dict) -> None:
 
 def read_sessions(run_dir: str | os.PathLike) -> list[dict]:
     """The `SESSIONS` of `run_dir`: [] when none has been written; a one-line ValueError
-    naming the file when it is not a list."""
+    naming the file when it is not a list of `SESSION_KEYS` entries."""
     path = os.path.join(run_dir, SESSIONS)
     try:
         with open(path) as f:
@@ -103,6 +104,11 @@ def read_sessions(run_dir: str | os.PathLike) -> list[dict]:
         sessions = error
     if not isinstance(sessions, list):
         raise ValueError(f"{path} is not a keras-preact sessions file ({sessions}).")
+    odd = next((s for s in sessions if not (isinstance(s, dict) and SESSION_KEYS <= set(s))),
+               None)
+    if odd is not None:  # a list of another shape: somebody else's file
+        raise ValueError(f"{path} is not a keras-preact sessions file (an entry without "
+                         f"{', '.join(sorted(SESSION_KEYS))}: {str(odd)[:80]}).")
     return sessions
 
 

@@ -41,8 +41,8 @@ from keras_preact import rundir
 from keras_preact.builder import CLASSIFIER
 from keras_preact.datasets import DATASETS
 from keras_preact.introspect import UNIT_PREFIX, unit_prefix
-from keras_preact.network import ResNet, build_from_spec, network_in, spec_in, spec_of
-from keras_preact.preprocessing import FAMILY_PREPROCESSING, Preprocessing
+from keras_preact.network import ResNet, build_from_spec, network_of, spec_in, spec_of
+from keras_preact.preprocessing import Preprocessing
 from keras_preact.pretrained import (
     HEAD_FIELDS,
     differences,
@@ -91,10 +91,14 @@ def _weights_h5(path: str):
         with h5py.File(path, "r") as h5:
             yield h5
         return
-    with zipfile.ZipFile(path) as archive:
-        # Keras stores the weights uncompressed: read into memory (h5py seeks a lot, and
-        # seeking back in a zip member rereads it), as much as the file holds on disk.
-        data = io.BytesIO(archive.read(KERAS_WEIGHTS_FILE))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            # Keras stores the weights uncompressed: read into memory (h5py seeks a lot, and
+            # seeking back in a zip member rereads it), as much as the file holds on disk.
+            data = io.BytesIO(archive.read(KERAS_WEIGHTS_FILE))
+    except (zipfile.BadZipFile, KeyError) as error:  # cut short, or not Keras' archive
+        raise OSError(f"not a whole .keras archive ({type(error).__name__}: {error})") \
+            from None
     with h5py.File(data, "r") as h5:
         yield h5
 
@@ -175,8 +179,16 @@ def load_weights(model: ResNet, path: str) -> None:
         raise ValueError(f"The weights in {path!r} do not fit {model.name!r} as built (build "
                          "the network the file was saved from: same name and overrides). "
                          f"Keras: {keras_says}") from None
-    except OSError as error:  # h5py's, without the path
-        raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
+    except OSError as error:  # h5py's or `_weights_h5`'s, without the path
+        raise OSError(unreadable(path, error)) from None
+
+
+def unreadable(path: str, error: OSError) -> str:
+    """The line for a weights file that cannot be read at all (cut short, not HDF5 or not a
+    zip): what it is and what to do."""
+    return (f"Could not read {path!r} as a {'.keras' if path.endswith('.keras') else '.weights.h5'}"
+            f" file ({error}); pass a whole file keras_preact or Keras saved (a copy cut short "
+            "by a full disk or a stopped transfer must be made again).")
 
 
 def in_form(model: keras.Model, stages: str) -> keras.Model:
@@ -265,8 +277,9 @@ def load(path: str, config: dict, *, fast: bool = False, compile: bool = True) -
 
 def preprocessing_of(model: keras.Model) -> Preprocessing:
     """The normalization and evaluation geometry `model` takes: its network's
-    (`pretrained.preprocessing_for`: a `-timm` net takes timm's), else CIFAR's. The one
-    answer for evaluation, SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
+    (`pretrained.preprocessing_for`: a `-timm` net takes timm's); a one-line ValueError for
+    a model that holds none (`network.network_of`). The one answer for evaluation,
+    SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
 
     Example:
     >>> preprocessing_of(build_network("preact-18-imagenet-timm", input_shape=(64, 64, 3)))
@@ -274,8 +287,7 @@ def preprocessing_of(model: keras.Model) -> Preprocessing:
     Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic',
                   in_model=False)
     """
-    network = network_in(model)
-    return FAMILY_PREPROCESSING["cifar"] if network is None else preprocessing_for(network.spec)
+    return preprocessing_for(network_of(model).spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,20 +320,32 @@ def start_from(model_name: str, spec: ResNetSpec, weights: str) -> Start:
         return _loadable(spec, Start(weights, path, trained.classes))
     if str(weights).endswith(".weights.h5"):
         path = weights_path(model_name, weights, spec)
-        try:
-            with h5py.File(path, "r") as f:  # Keras names the classifier's group "dense..."
-                heads = sorted(k for k in f.get("layers", {}) if k.startswith("dense"))
-                classes = int(f["layers"][heads[-1]]["vars"]["1"].shape[0]) if heads else None
-        except OSError as error:
-            raise OSError(f"Could not read {path!r} as a .weights.h5 file: {error}") from None
+        classes = _classifier_classes(path)
         if classes is None:
-            raise ValueError(f"{path!r} holds no classifier (saved with include_top=False?): "
-                             "train starts from a whole classifier's weights.")
+            raise ValueError(f"{path!r} holds no classifier kernel keras_preact can read (saved "
+                             "with include_top=False, or not a keras_preact network's): train "
+                             "starts from a whole classifier's weights, a published tag or a "
+                             "run dir.")
         return _loadable(spec, Start(weights, path, classes))
     record = released(model_name).get(weights)
     classes = DATASETS[record.dataset].classes if record else spec.classes
     path = weights_path(model_name, weights, dataclasses.replace(spec, classes=classes))
     return Start(weights, path, classes)
+
+
+def _classifier_classes(path: str) -> int | None:
+    """The class count of the classifier in `.weights.h5` file `path` (Keras names its group
+    "dense...", its kernel [features, classes] is var 0; a bias need not be there), or None."""
+    try:
+        with h5py.File(path, "r") as f:
+            layers = f.get("layers")
+            heads = sorted(k for k in layers if k.startswith("dense")) if isinstance(
+                layers, h5py.Group) else []
+            kernel = f.get(f"layers/{heads[-1]}/vars/0") if heads else None
+            shape = kernel.shape if isinstance(kernel, h5py.Dataset) else ()
+    except OSError as error:
+        raise OSError(unreadable(path, error)) from None
+    return int(shape[-1]) if len(shape) == 2 else None
 
 
 def _loadable(spec: ResNetSpec, start: Start) -> Start:

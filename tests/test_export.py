@@ -415,6 +415,8 @@ KINDS = {
     "Activation layer": (lambda: with_op(keras.layers.Activation("softmax")), "probabilities"),
     "log_softmax op": (lambda: with_op(keras.ops.log_softmax), "logits"),
     "nested": (lambda: keras.Sequential([net()]), "probabilities"),
+    "nested sigmoid": (lambda: keras.Sequential([logits_net(), keras.layers.Activation(
+        "sigmoid")]), "sigmoid"),
     "pooled features": (lambda: net(include_top=False, pooling="avg"), "features"),
     "feature map": (lambda: net(include_top=False), "features"),
     "relu head": (lambda: with_op(keras.layers.Dense(10, activation="relu")), "features"),
@@ -442,11 +444,13 @@ def test_output_kind_refuses_what_it_cannot_tell(make, message):
         output_kind(make())
 
 
-@pytest.mark.parametrize("case", ["Softmax layer", "sigmoid head", "sigmoid op", "logits head"])
+@pytest.mark.parametrize("case", ["Softmax layer", "sigmoid head", "nested sigmoid",
+                                  "logits head"])
 def test_served_probabilities_follow_the_output_kind(case, tmp_path):
     """A Softmax-layer head was served softmax(softmax(x)) (0.619 -> 0.434), a sigmoid head
     softmax(sigmoid(x)), a sigmoid op lost in the scanned serving form: each kind gets
-    exactly one normalization."""
+    exactly one normalization. (A sigmoid op on the network's own output tensor makes a plain
+    graph, whose preprocessing nobody can tell: `test_a_graph_that_lost_its_network_...`.)"""
     make, kind = KINDS[case]
     model = make()
     path = export_model(model, tmp_path, name="m")
@@ -454,6 +458,31 @@ def test_served_probabilities_follow_the_output_kind(case, tmp_path):
     outputs = model(preprocess_input(CIFAR_32), training=False)
     expected = tf.nn.softmax(outputs) if kind == "logits" else outputs
     np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+
+
+def test_a_graph_that_lost_its_network_is_refused_not_taken_for_cifar(tmp_path, capsys):
+    """A run dir's model.keras loaded with Keras alone and saved again (keras_preact's entry
+    gone), and a plain graph over a network's layers: which preprocessing either takes is
+    not guessed (it was CIFAR's, for an ImageNet net too) (#43)."""
+    from keras_preact import cli, weights
+
+    path = str(tmp_path / "resaved.keras")
+    imagenet = keras_preact.build("preact-18-imagenet", input_shape=(64, 64, 3),
+                                  units=(1, 1, 1, 1), classes=10)
+    weights.save_plain(imagenet, str(tmp_path / "m.keras"))
+    keras.saving.load_model(str(tmp_path / "m.keras")).save(path)
+    line = ("Cannot tell which preprocessing model 'preact-18-imagenet' takes: it holds no "
+            "network keras_preact built (a .keras file loaded and saved again by Keras alone "
+            "loses keras_preact's entry). Use the file keras_preact wrote (a run dir's "
+            "model.keras, or keras_preact.build(...).save) or the network itself. Received: "
+            "Functional")
+    for command in (["evaluate", path], ["export", path, "--base", str(tmp_path / "base")],
+                    ["export", path, "--format", "onnx", "-o", str(tmp_path / "m.onnx")]):
+        assert cli.main(command) == 2
+        assert capsys.readouterr().err == f"keras-preact {command[0]}: error: {line}\n"
+    assert not (tmp_path / "base").exists() and not (tmp_path / "m.onnx").exists()
+    with pytest.raises(ValueError, match="Cannot tell which preprocessing model"):
+        export_model(with_op(keras.ops.sigmoid), tmp_path / "base")
 
 
 def test_a_timm_net_serves_with_timms_preprocessing(tmp_path):

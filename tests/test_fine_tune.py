@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import PIL.Image
@@ -128,6 +129,47 @@ def test_deterministic_twice_gives_one_weights_hash(folders, tmp_path):
     assert digests[0] == digests[1] and len(digests[0]) == 16
 
 
+def test_deterministic_killed_and_resumed_ends_with_the_uninterrupted_hash(tmp_path):
+    """kill -9 once a backup is on disk, rerun: the resumed run trains each later step on
+    the batch the uninterrupted one had (the input replayed up to the backup), so both end
+    with one weights hash; a fresh input stream gave another (#43)."""
+    import signal
+    import time
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / "images" / name)
+        for i in range(12):
+            PIL.Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+                tmp_path / "images" / name / f"{i}.png")
+    command = [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--dataset",
+               str(tmp_path / "images"), "--steps", "120", "--batch-size", "4",
+               "--val-examples", "4", "--backup-every", "3", "--override", "depth=8",
+               "--deterministic"]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def digest(out: str) -> str:
+        return out.split("sha256 ")[1].split(";")[0]
+
+    whole = subprocess.run([*command, "--output", str(tmp_path / "whole")], capture_output=True,
+                           text=True, check=True, env=env).stdout
+    run = tmp_path / "killed"
+    process = subprocess.Popen([*command, "--output", str(run)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 300
+    while not (run / "backup" / "latest.weights.h5").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (run / "model.keras").exists(), "finished before it could be killed"
+    resumed = subprocess.run([*command, "--output", str(run)], capture_output=True, text=True,
+                             check=True, env=env).stdout
+    step = int(resumed.split("resuming from step ")[1].split()[0])
+    assert 0 < step < 120
+    assert f"--deterministic: replaying the input's first {step} batches" in resumed
+    assert digest(resumed) == digest(whole)
+
+
 def _bad_folder(tmp_path, kind: str) -> str:
     root = tmp_path / "images"
     image = PIL.Image.fromarray(np.zeros((32, 32, 3), "uint8"))
@@ -159,6 +201,72 @@ def test_a_bad_folder_is_one_line_and_writes_nothing(kind, message, tmp_path, ca
     assert not output.exists()
 
 
+def _odd_folder(tmp_path) -> pathlib.Path:
+    """4 + 4 images, beside every kind of entry that is not one (#43)."""
+    root = tmp_path / "images"
+    for name in ("cat", "dog"):
+        os.makedirs(root / name)
+        for i in range(4):
+            PIL.Image.fromarray(np.full((8, 8, 3), i, "uint8")).save(root / name / f"{i}.png")
+    (root / "cat" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    os.makedirs(root / "cat" / ".ipynb_checkpoints")
+    (root / "cat" / ".ipynb_checkpoints" / "0-checkpoint.png").write_bytes(
+        (root / "cat" / "0.png").read_bytes())
+    os.makedirs(root / ".ipynb_checkpoints")  # not a class
+    os.symlink("..", root / "cat" / "up")  # a loop: was followed again and again
+    (root / "dog" / "notes.txt").write_text("not a picture")
+    os.symlink(root / "dog" / "deleted.png", root / "dog" / "gone.png")  # a broken link
+    os.symlink("0.png", root / "dog" / "again.png")  # one image, two names
+    os.symlink("../cat", root / "dog" / "cats")  # another class's folder
+    return root
+
+
+def test_entries_that_are_not_images_are_skipped_and_named_once(tmp_path, capsys):
+    from keras_preact.training import folders as image_folders
+
+    root = _odd_folder(tmp_path)
+    said = (f"skipped 8 entries of image folder '{root}' that are not images: "
+            ".ipynb_checkpoints (hidden), cat/.ipynb_checkpoints (hidden), cat/up (a folder "
+            "already read: a link loop or a link to another class), cat/.DS_Store (hidden), "
+            "dog/cats (a folder already read: a link loop or a link to another class) and 3 "
+            "more")
+    with pytest.warns(UserWarning) as caught:
+        folder = image_folders.scan(str(root))
+        image_folders.scan(str(root))  # as a run does, several times: said once
+    assert [str(w.message) for w in caught] == [said]
+    assert folder.class_names == ("cat", "dog") and len(folder.files) == 8  # 2,886 before
+    assert sorted(os.path.relpath(f, root) for f in folder.files) == [
+        f"{c}/{i}.png" for c in ("cat", "dog") for i in range(4)]
+    # The CLI trains on the 8 images, with one line for the skipped entries (one more than
+    # above: a new message).
+    (root / "dog" / "more.txt").write_text("")
+    output = tmp_path / "run"
+    with warnings.catch_warnings():  # pyproject's "ignore::UserWarning:keras.*" matches us too
+        warnings.simplefilter("default")
+        assert cli.main(["train", "preact-20", "--dataset", str(root), "--output", str(output),
+                         "--steps", "1", "--batch-size", "2", "--override", "depth=8"]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"keras-preact train: warning: {said.replace('8 entries', '9 entries')}"
+                   .replace("and 3 more", "and 4 more") + "\n"), err
+    assert rundir.read_config(output)["train_split"] == "all[:-2]"  # 20 % of 8 held out
+
+
+def test_an_image_it_may_not_read_is_one_line(tmp_path, capsys, monkeypatch):
+    from keras_preact.training import folders as image_folders
+
+    root = _bad_folder(tmp_path, "cat and dog")
+    denied = str(root) + "/dog/0.png"
+    access = os.access  # root reads anything: the test denies it as chmod 000 would
+    monkeypatch.setattr(image_folders.os, "access",
+                        lambda p, mode: p != denied and access(p, mode))
+    output = tmp_path / "run"
+    assert cli.main(["train", "preact-20", "--dataset", root, "--output", str(output)]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-preact train: error: Cannot read image '{denied}' (permission denied): make "
+        "it readable, or move it out of the folder.\n")
+    assert not output.exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--weights", os.path.join(pretrained.PACKAGE_DIR, "resnet-20-cifar10.weights.h5")],
      "resnet-20-cifar10.weights.h5' do not fit"),
@@ -173,6 +281,63 @@ def test_bad_weights_or_dataset_is_one_line(argv, message, tmp_path, capsys, cif
     assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
     assert message in err
     assert not output.exists()
+
+
+def _foreign_weights(tmp_path, kind: str) -> str:
+    import h5py
+    import keras
+
+    from keras_preact import weights
+
+    path = str(tmp_path / f"{kind}.weights.h5")
+    if kind == "no bias":  # a Dense head without bias: its group has a kernel only
+        keras.Sequential([keras.Input((4,)), keras.layers.Dense(10, use_bias=False)]
+                         ).save_weights(path)
+    elif kind == "foreign":
+        with h5py.File(path, "w") as f:
+            f["x"] = [1, 2]
+    elif kind == "cut short":
+        data = pathlib.Path(pretrained.PACKAGE_DIR, "preact-20-cifar10.weights.h5").read_bytes()
+        pathlib.Path(path).write_bytes(data[: len(data) // 2])
+    else:  # a run dir whose model.keras was cut short
+        path = str(tmp_path / "run")
+        os.makedirs(path)
+        weights.save_plain(keras_preact.build("preact-20", depth=8), f"{path}/model.keras")
+        data = pathlib.Path(path, "model.keras").read_bytes()
+        pathlib.Path(path, "model.keras").write_bytes(data[: len(data) // 2])
+        rundir.write_config(path, {"model": "preact-20", "overrides": {"depth": 8}})
+    return path
+
+
+@pytest.mark.parametrize("kind, message", [
+    # Was h5py's KeyError "Unable to synchronously open object" traceback (#43).
+    ("no bias", "The weights in '{path}' do not fit 'resnet' as built"),
+    ("foreign", "'{path}' holds no classifier kernel keras_preact can read"),
+    ("cut short", "Could not read '{path}' as a .weights.h5 file (Unable to synchronously "
+                  "open file (truncated file"),
+    # Was a zipfile.BadZipFile traceback.
+    ("run cut short", "Could not read '{path}/model.keras' as a .keras file (not a whole "
+                      ".keras archive (BadZipFile: File is not a zip file)); pass a whole file"),
+])
+def test_foreign_or_cut_short_weights_are_one_line(kind, message, tmp_path, capsys):
+    path = _foreign_weights(tmp_path, kind)
+    output = tmp_path / "out"
+    assert cli.main(["train", "preact-20", "--override", "depth=8", "--weights", path,
+                     "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-preact train: error: ") and err.count("\n") == 1, err
+    assert message.format(path=path) in err
+    assert not output.exists()
+    if kind == "run cut short":  # the other readers of the file
+        for command in (["evaluate", path], ["export", path, "--base", str(tmp_path / "e")]):
+            assert cli.main(command) == 2
+            assert capsys.readouterr().err == (
+                f"keras-preact {command[0]}: error: '{path}/model.keras' is not a .keras model "
+                "file (BadZipFile: File is not a zip file) (a copy cut short by a full disk or "
+                "a stopped transfer must be made again).\n")
+    elif kind == "cut short":
+        with pytest.raises(OSError, match="as a .weights.h5 file .*must be made again"):
+            keras_preact.build("preact-20", weights=path)
 
 
 def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys,

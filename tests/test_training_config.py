@@ -40,7 +40,10 @@ def _other_value(f):
 def test_each_field_is_a_train_flag_with_its_default(f):
     assert _parse_train() == TrainConfig()
     value, flags = _other_value(f)
-    assert _parse_train(*flags) == dataclasses.replace(TrainConfig(), **{f.name: value})
+    # freeze keeps loaded weights: it goes with --weights
+    base = {"weights": "cifar10"} if f.name == "freeze" else {}
+    flags += ["--weights", "cifar10"] if base else []
+    assert _parse_train(*flags) == dataclasses.replace(TrainConfig(), **base, **{f.name: value})
 
 
 def test_defaults_are_the_papers_recipe():
@@ -78,6 +81,11 @@ def test_resume_keys_and_what_a_diverged_run_may_change():
     ({"mixed_precision": "fp8"}, "Unknown mixed_precision 'fp8'. Valid: ['off', 'bfloat16', "
                                  "'float16']."),
     ({"freeze": "all"}, "Unknown freeze 'all'. Valid: ['none', 'bn', 'backbone']."),
+    # Froze freshly initialized BatchNorm (mean 0, variance 1) without a word (#43).
+    ({"freeze": "bn"}, "`freeze` keeps loaded weights fixed: pass the weights to start from "
+                       "with it (--weights TAG|FILE|RUN_DIR), or freeze 'none'. Received: "
+                       "freeze='bn', weights=None"),
+    ({"freeze": "backbone"}, "Received: freeze='backbone', weights=None"),
     # Was accepted, then refused by keras.utils.set_random_seed after the run dir was made.
     ({"seed": -1}, "`seed` must be None or an integer in [0, 2**32). Received: seed=-1"),
     ({"seed": 2**32}, "Received: seed=4294967296"),
@@ -241,3 +249,40 @@ def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, 
                             overrides={"depth": 14}, mixed_precision=precision)
     layers = scanned_layers(net)
     assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}
+
+
+def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, monkeypatch):
+    """`--dataset images/`, `images` and its absolute path (and `--weights` likewise) name one
+    folder: config.json records it absolute, and the rerun resumes instead of being refused
+    as a run with other settings (#43)."""
+    import numpy as np
+    import PIL.Image
+
+    from keras_preact.training import resume, trainer
+
+    for name in ("cat", "dog"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(3):
+            PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
+                tmp_path / "images" / name / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trainer, "_fit", lambda spec, model, config, *rest: config)
+    fields = dict(steps=2, batch_size=2, val_examples=1, overrides={"depth": 8})
+    config = trainer.train("preact-20", output="run", dataset="images/", **fields)
+    assert config.dataset == rundir.read_config("run")["dataset"] == str(tmp_path / "images")
+    (tmp_path / "run" / rundir.BACKUP).mkdir()
+    (tmp_path / "run" / rundir.BACKUP / rundir.BACKUP_FILE).write_bytes(b"")
+    for spelling in ("images", "./images/", str(tmp_path / "images") + "/"):
+        trainer.train("preact-20", output="run", dataset=spelling, **fields)  # resumes
+    # A run dir recorded before paths were absolute: its relative path, resolved here.
+    saved = {**rundir.read_config("run"), "dataset": "images/"}
+    rundir.write_config("run", saved)
+    assert resume.resume_config("run", {**saved, "dataset": str(tmp_path / "images")})
+    from keras_preact.training.config import absolute_paths
+
+    assert absolute_paths({"weights": "run/", "dataset": "cifar10"}) == {
+        "weights": str(tmp_path / "run"), "dataset": "cifar10"}  # a run dir; a TFDS name
+    assert absolute_paths({"weights": "cifar10"}) == {"weights": "cifar10"}  # a tag
+    (tmp_path / "other" / "cat").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r"other settings.*dataset: 'images/' -> '.*/other'"):
+        resume.resume_config("run", {**saved, "dataset": str(tmp_path / "other")})

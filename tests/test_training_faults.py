@@ -172,6 +172,14 @@ def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
                               r"\(Expecting property name"),
     (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text("[]"),
      ["--output", "{d}/run"], r"{d}/run/config.json is not a keras-preact run config \(\[\]\)"),
+    # Both were an AttributeError traceback ('SessionLog' object has no attribute 'sessions').
+    (lambda d: (d / "run").mkdir() or (d / "run" / "sessions.json").write_text('[{"mach'),
+     ["--output", "{d}/run"], "{d}/run/sessions.json is not a keras-preact sessions file "
+                              r"\(Unterminated string.*\)\. Move it away to start over, or "
+                              "choose another --output.$"),
+    (lambda d: (d / "run").mkdir() or (d / "run" / "sessions.json").write_text('["mine"]'),
+     ["--output", "{d}/run"], "{d}/run/sessions.json is not a keras-preact sessions file "
+                              r"\(an entry without machine, seconds, started, steps: mine\)"),
     (None, ["--output", "{d}/run", "--lr", "inf"], "Need finite lr > 0.*lr=inf"),
     (None, ["--output", "{d}/run", "--val-examples", "50000"],
      "'cifar10' has 50000 training examples: `val_examples` \\+ `batch_size` must not exceed"),
@@ -185,12 +193,15 @@ def test_bad_run_dirs_and_settings_are_one_line(setup, argv, message, tmp_path, 
     if setup:
         setup(tmp_path)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
+    started_ns = time.time_ns()
     argv = [a.format(d=tmp_path) for a in argv]
     assert cli.main(["train", "preact-20", "--data-dir", cifar10_data_dir, *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("keras-preact train: error: ")
     assert re.search(message.format(d=tmp_path), err), err
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+    for path in tmp_path.rglob("*.json"):  # nor replaced
+        assert path.stat().st_mtime_ns <= started_ns, path
 
 
 @pytest.mark.parametrize("value", ["not json", "[]", '{"cluster": []}'])
@@ -269,14 +280,25 @@ def test_a_worker_whose_peer_never_comes_gives_up_with_a_clear_line(tmp_path):
     assert time.monotonic() - started < 250
 
 
-def test_sigterm_to_a_waiting_worker_ends_the_worker_too(tmp_path):
-    # `timeout` and `docker stop` signal the pid they started: the supervising parent, which
-    # passes it on to the worker waiting in TensorFlow.
+@pytest.mark.parametrize("signum, target", [
+    (signal.SIGINT, "parent"), (signal.SIGTERM, "parent"), (signal.SIGHUP, "parent"),
+    (signal.SIGINT, "worker"), (signal.SIGHUP, "worker"),
+    # Not (SIGTERM, "worker"): waiting for its peers, TensorFlow's coordination service takes
+    # it as a preemption notice and goes on (distribute.STOP_GRACE_S); it works once training.
+])
+def test_a_stop_signal_to_either_process_ends_both_in_one_line(signum, target, tmp_path):
+    # `kill`, `timeout`, `docker stop` and IDE stop buttons signal one pid (not the group):
+    # the supervising parent passed on SIGTERM and SIGHUP only, and ignored SIGINT (#43).
+    # A SIGTERM passed on while TensorFlow holds it ends the worker STOP_GRACE_S later.
     process, _ = _lonely_worker(tmp_path / "run", 300)
     assert process.stderr.readline().startswith("keras-preact: waiting for the 2 workers")
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGTERM
+    (worker,) = [int(p) for p in subprocess.run(["pgrep", "-P", str(process.pid)],
+                                                capture_output=True, text=True).stdout.split()]
+    os.kill(process.pid if target == "parent" else worker, signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signum.name}"
+    assert err == f"keras-preact train: {what}; rerun the same command to resume\n"
     deadline = time.monotonic() + 10  # the watchdog's next look at its parent is 0.5 s away
     while time.monotonic() < deadline and _processes_naming(tmp_path / "run"):
         time.sleep(0.1)

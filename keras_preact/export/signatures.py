@@ -158,9 +158,9 @@ def build_signatures(model: keras.Model, labels: Sequence[str] | None = None) ->
     >>> sorted(fns)
     ['classify', 'serving_bytes', 'serving_default']
     """
+    probabilities = classifier_probabilities(model)  # first: it names a model that is no classifier
     preprocessing = preprocessing_of(model)
     side = model_side(model)
-    probabilities = classifier_probabilities(model)
     num_classes = model.output_shape[-1]
     names = tf.constant(served_labels(model, labels), tf.string)
     k = min(TOP_K, num_classes)

@@ -9,8 +9,10 @@ IMAGENET_AREA = (0.08, 1.0)
 IMAGENET_ASPECT = (3 / 4, 4 / 3)
 
 
-def augment_cifar(image):
+def augment_cifar(image, seed=None):
     """4-pixel zero padding, random 32x32 crop, random horizontal flip (paper, Appendix).
+    With `seed` (a [2] int tensor), stateless: the same image and seed give the same crop and
+    flip in any thread and any process (`data.train_dataset` with `deterministic`).
 
     Example:
     >>> import numpy as np
@@ -21,8 +23,12 @@ def augment_cifar(image):
 
     height, width = image.shape[0] or 32, image.shape[1] or 32
     padded = tf.pad(image, [[CIFAR_PAD, CIFAR_PAD], [CIFAR_PAD, CIFAR_PAD], [0, 0]])
-    image = tf.image.random_crop(padded, (height, width, 3))
-    return tf.image.random_flip_left_right(image)
+    if seed is None:
+        image = tf.image.random_crop(padded, (height, width, 3))
+        return tf.image.random_flip_left_right(image)
+    crop, flip = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    image = tf.image.stateless_random_crop(padded, (height, width, 3), seed=crop)
+    return tf.image.stateless_random_flip_left_right(image, seed=flip)
 
 
 def augment_imagenet(image, size: int = 224):

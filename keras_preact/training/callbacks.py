@@ -184,10 +184,11 @@ class SessionLog(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.started = time.monotonic()
         step = optimizer_step(self.model)
+        before = read_sessions(self.run_dir)  # `record` needs both, once entry is set
         self.entry = {"machine": self.machine,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "seconds": 0.0, "steps": [step, step]}
-        self.sessions = [*read_sessions(self.run_dir), self.entry]
+        self.sessions = [*before, self.entry]
         write_sessions(self.run_dir, self.sessions)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import numbers
+import os
 import typing
 from collections.abc import Sequence
 
@@ -47,12 +48,14 @@ def _percents(fractions: tuple[float, ...]) -> str:
 
 
 def field(default, help: str, *, resume: str | None = None, choices: tuple | None = None,
-          flag: str | None = None, metavar: str | None = None):
+          flag: str | None = None, metavar: str | None = None, path=None):
     """A `TrainConfig` field: its default (a callable: a default factory), --help text
-    (`%(default)s` allowed), `resume` (KEEP, RETUNE or None), valid `choices` and, where
-    the usual ones do not fit, its `flag` (else `--name-with-dashes`) and `metavar`."""
+    (`%(default)s` allowed), `resume` (KEEP, RETUNE or None), valid `choices`, `path` (for
+    a field that may name a file or folder: a test of whether a value does, so that it is
+    recorded and compared as one absolute spelling, `absolute_paths`) and, where the usual
+    ones do not fit, its `flag` (else `--name-with-dashes`) and `metavar`."""
     metadata = {"help": help, "resume": resume, "choices": choices, "flag": flag,
-                "metavar": metavar}
+                "metavar": metavar, "path": path}
     if callable(default):
         return dataclasses.field(default_factory=default, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -82,17 +85,18 @@ class TrainConfig:
         dict, 'build() override, JSON value, e.g. --override depth=8 --override '
         'unit=\\"original\\" (repeatable)', resume=KEEP, flag="--override", metavar="FIELD=VALUE")
     dataset: str = field("cifar10", f"{DATASET_HELP} (default %(default)s)", resume=KEEP,
-                         metavar="NAME|FOLDER")
+                         metavar="NAME|FOLDER", path=lambda v: _is_folder(v))
     data_dir: str | None = field(None, "TFDS data_dir")
     weights: str | None = field(
         None, "start from trained weights: a published tag of MODEL (e.g. cifar10), a "
         ".weights.h5 file or a run dir; with another class count the classifier is new and "
         "everything below it loaded. Fine-tuning defaults: --steps "
         f"{FINE_TUNE['steps']}, --lr {FINE_TUNE['lr']}, --warmup-steps "
-        f"{FINE_TUNE['warmup_steps']}", resume=KEEP, metavar="TAG|FILE|RUN_DIR")
-    freeze: str = field("none", "keep loaded weights fixed: bn = BatchNorm layers (scale, "
-                        "offset and statistics), backbone = all but the classifier (default "
-                        "%(default)s)", resume=KEEP, choices=FREEZE)
+        f"{FINE_TUNE['warmup_steps']}", resume=KEEP, metavar="TAG|FILE|RUN_DIR",
+        path=lambda v: os.path.isdir(v) or v.endswith(".weights.h5"))  # as weights.start_from
+    freeze: str = field("none", "keep loaded weights (--weights) fixed: bn = BatchNorm layers "
+                        "(scale, offset and statistics), backbone = all but the classifier "
+                        "(default %(default)s)", resume=KEEP, choices=FREEZE)
     steps: int | None = field(None, f"total iterations (default {SCRATCH['steps']}; "
                               f"{FINE_TUNE['steps']} with --weights)", resume=KEEP)
     batch_size: int | None = field(
@@ -160,6 +164,10 @@ class TrainConfig:
         if self.weights is not None and not (isinstance(self.weights, str) and self.weights):
             raise ValueError(f"`weights` must be None, a published tag, a .weights.h5 file or "
                              f"a run dir. Received: weights={self.weights!r}")
+        if self.freeze != "none" and self.weights is None:  # fresh BN is mean 0, variance 1
+            raise ValueError(f"`freeze` keeps loaded weights fixed: pass the weights to start "
+                             f"from with it (--weights TAG|FILE|RUN_DIR), or freeze 'none'. "
+                             f"Received: freeze={self.freeze!r}, weights=None")
         seed = self.seed  # checked here: keras.utils.set_random_seed refuses it only later
         if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)
                                      and 0 <= seed < SEED_LIMIT):
@@ -192,6 +200,24 @@ class TrainConfig:
         defaults = FINE_TUNE if self.weights is not None else SCRATCH
         filled = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         return dataclasses.replace(self, **filled) if filled else self
+
+
+def _is_folder(dataset: str) -> bool:
+    from keras_preact.training.folders import is_folder
+
+    return is_folder(dataset)
+
+
+def absolute_paths(values: dict) -> dict:
+    """`values` (config.json entries) with each `path` field's value that names a file or
+    folder made absolute and normalized: `data/good/`, `./data/good` and `/abs/data/good`
+    are one folder, so a rerun spelling it otherwise resumes (`resume_config`)."""
+    out = dict(values)
+    for f in dataclasses.fields(TrainConfig):
+        value = out.get(f.name)
+        if f.metadata["path"] and isinstance(value, str) and f.metadata["path"](value):
+            out[f.name] = os.path.abspath(value)
+    return out
 
 
 def _names(*kinds: str | None) -> tuple[str, ...]:

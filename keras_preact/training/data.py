@@ -151,8 +151,11 @@ def train_dataset(
         if not _cifar_sized(name):
             ds = ds.map(lambda x, y: (_resized(x, preprocessing, image_size), y),
                         num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.shuffle(50_000, seed=seed).repeat()  # 50k 32x32 images: the whole split
-        ds = ds.map(lambda x, y: (augment_cifar(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+        if deterministic:
+            ds = _replayable(ds, seed or 0)
+        else:
+            ds = ds.shuffle(50_000, seed=seed).repeat()  # 50k 32x32 images: the whole split
+            ds = ds.map(lambda x, y: (augment_cifar(x), y), num_parallel_calls=tf.data.AUTOTUNE)
     else:
         size = image_size or preprocessing.size
         ds = ds.shuffle(10_000, seed=seed).repeat()
@@ -165,6 +168,34 @@ def train_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
+
+
+def _replayable(ds, seed: int):
+    """`ds` (32x32 uint8 images) shuffled and crop-and-flip augmented as one endless stream
+    that is the same in every run and from every iterator: each pass's order is a function
+    of (seed, pass), each crop and flip of (seed, position in the stream). So a resumed run
+    that skips the batches it trained on (`trainer._fit`) goes on with the batch the
+    uninterrupted run had. A reshuffling `shuffle` draws each pass's order from a generator
+    that every iterator of the dataset shares (Keras' fit reads a batch from a first one to
+    build the model, and prefetching reads ahead by a varying amount), and stateful random
+    ops in a parallel map draw in thread order: neither replays. Each pass is held in memory
+    once, as one tensor (CIFAR's 45k images: 138 MB)."""
+    import tensorflow as tf
+
+    seed = tf.constant(seed, tf.int64)
+
+    def permuted(images, labels, index):
+        keys = tf.random.stateless_uniform(tf.shape(labels), seed=tf.stack([seed, index]))
+        order = tf.argsort(keys)
+        return tf.gather(images, order), tf.gather(labels, order)
+
+    def one_pass(index):
+        whole = ds.batch(2**31 - 1)  # the pass as one element
+        return whole.map(lambda x, y: permuted(x, y, index)).unbatch()
+
+    stream = tf.data.Dataset.counter().flat_map(one_pass).enumerate()
+    return stream.map(lambda i, xy: (augment_cifar(xy[0], tf.stack([seed, i])), xy[1]),
+                      num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _cifar_sized(name) -> bool:

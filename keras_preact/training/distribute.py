@@ -109,18 +109,32 @@ def connect_guard(timeout: float):
             signal.signal(s, handler)
 
 
-def supervise() -> int | None:
+# The signals `supervise` passes on to its worker.
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a worker has to end after a stop signal passed on before it is killed: while it
+# waits for its peers, TensorFlow's coordination service takes SIGTERM as a preemption notice
+# and goes on waiting.
+STOP_GRACE_S = 10
+
+
+def supervise(said=None) -> int | None:
     """Forks the process of a multi-worker `keras-preact train`: returns None in the child,
     which goes on to run the command, and the child's exit status in the parent, which waits.
 
     A worker whose peers never come can only be ended by a signal (`connect_guard`), and a
     process ended by a signal exits with 128 + its number. This parent, which has not started
     TensorFlow, turns CONNECT_TIMEOUT_SIGNAL into CONNECT_TIMEOUT_EXIT (the child has printed
-    the line). It passes SIGTERM and SIGHUP on (`timeout` and `docker stop` signal this pid
-    only) and ignores SIGINT, which the terminal's Ctrl-C sends to both processes. A SIGKILL
-    cannot be passed on: the kernel kills the child with its parent (Linux's
-    PR_SET_PDEATHSIG), so `kill -9` of the pid one started still ends the worker. Elsewhere
-    the command runs unsupervised (a connect timeout then exits 128 + SIGUSR1).
+    the line). The child runs in a process group of its own, so every SIGINT, SIGTERM and
+    SIGHUP reaches it once, whoever sent it: sent to this pid (`kill`, `timeout`, `docker
+    stop`, an IDE's stop button) or to its group (the terminal's Ctrl-C), it is passed on.
+    A child that has not ended `STOP_GRACE_S` after it is killed. Sent to the child itself,
+    it ends the child as it would unsupervised (but for a SIGTERM while it waits for its
+    peers, which TensorFlow's coordination service takes and ignores). A child ended by
+    one of them without saying so (their default action, e.g. while it waits for its peers)
+    gets its one line from `said(number)`. A SIGKILL cannot be passed on: the kernel kills
+    the child with its parent (Linux's PR_SET_PDEATHSIG), so `kill -9` of the pid one started
+    still ends the worker. Elsewhere the command runs unsupervised (a connect timeout then
+    exits 128 + SIGUSR1).
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -132,15 +146,36 @@ def supervise() -> int | None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # it died before prctl took effect
             os._exit(128 + signal.SIGKILL)
+        # Out of the terminal's process group: a Ctrl-C reaches it once, through the parent.
+        os.setpgid(0, 0)
         return None
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, lambda number, _: os.kill(child, number))
+    stops = []  # the stop signals passed on
+
+    def pass_on(number, _):
+        stops.append(number)
+        _pass_on(child, number)
+        signal.alarm(STOP_GRACE_S)
+
+    for s in PASSED_ON:
+        signal.signal(s, pass_on)
+    signal.signal(signal.SIGALRM, lambda *_: _pass_on(child, signal.SIGKILL))
     status = os.waitpid(child, 0)[1]  # retried after a handled signal (PEP 475)
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        return CONNECT_TIMEOUT_EXIT if number == CONNECT_TIMEOUT_SIGNAL else 128 + number
-    return os.WEXITSTATUS(status)
+    signal.alarm(0)
+    if not os.WIFSIGNALED(status):
+        return os.WEXITSTATUS(status)
+    number = os.WTERMSIG(status)
+    if number == signal.SIGKILL and stops:  # killed for a stop signal it did not end on
+        number = stops[0]
+    if number == CONNECT_TIMEOUT_SIGNAL:  # the child has printed the line
+        return CONNECT_TIMEOUT_EXIT
+    if number in PASSED_ON and said is not None:
+        said(number)
+    return 128 + number
+
+
+def _pass_on(child: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it has just ended
+        os.kill(child, number)
 
 
 def lost_worker(error: BaseException) -> str | None:

@@ -11,7 +11,16 @@ import json
 import os
 
 from keras_preact import rundir, scan
-from keras_preact.training.config import DIVERGED_MAY_CHANGE, RESUME_KEYS, STAGES, check_choice
+from keras_preact.training.config import (
+    DIVERGED_MAY_CHANGE,
+    RESUME_KEYS,
+    STAGES,
+    absolute_paths,
+    check_choice,
+)
+
+# What to do about a run file in --output that is damaged or not ours: it is never replaced.
+NOT_OURS = "Move it away to start over, or choose another --output."
 
 
 def saved_config(output: str) -> dict:
@@ -21,8 +30,16 @@ def saved_config(output: str) -> dict:
     try:
         return rundir.read_config(output)
     except ValueError as error:
-        raise ValueError(f"{error} Move it away to start over, or choose another --output.") \
-            from None
+        raise ValueError(f"{error} {NOT_OURS}") from None
+
+
+def check_sessions(output: str) -> None:
+    """A one-line ValueError, before anything is written, when `output`'s sessions file is
+    damaged or somebody else's (the trainer would append to it at the start of fit)."""
+    try:
+        rundir.read_sessions(output)
+    except ValueError as error:
+        raise ValueError(f"{error} {NOT_OURS}") from None
 
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
@@ -47,8 +64,10 @@ def resume_config(output: str, config: dict) -> dict:
     if not before or not os.path.exists(os.path.join(output, rundir.BACKUP,
                                                      rundir.BACKUP_FILE)):
         return config
+    # A run recorded before paths were made absolute compares as this directory resolves it.
+    earlier, now = absolute_paths(before), absolute_paths(config)
     changed = {k: (before.get(k), config[k]) for k in RESUME_KEYS
-               if json.loads(json.dumps(before.get(k))) != json.loads(json.dumps(config[k]))}
+               if json.loads(json.dumps(earlier.get(k))) != json.loads(json.dumps(now[k]))}
     allowed = DIVERGED_MAY_CHANGE if "diverged_at_step" in before else ()
     refused = {k: v for k, v in changed.items() if k not in allowed}
     if refused:

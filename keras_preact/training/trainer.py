@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 
 import keras
@@ -27,9 +28,9 @@ from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import data, distribute, sources
-from keras_preact.training.config import TrainConfig
+from keras_preact.training.config import TrainConfig, absolute_paths
 from keras_preact.training.net import build_and_compile, check_recompute
-from keras_preact.training.resume import resolve_stages, resume_config, run_lock
+from keras_preact.training.resume import check_sessions, resolve_stages, resume_config, run_lock
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
@@ -102,6 +103,7 @@ def train(
     elif images is not None:  # the caller's tf.data.Dataset
         fields["dataset"] = sources.IN_MEMORY
     config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
+    config = dataclasses.replace(config, **absolute_paths(dataclasses.asdict(config)))
     info = _dataset_info(config, images, class_names)
     overrides = config.overrides
     spec = resolve(model, **overrides)
@@ -130,6 +132,7 @@ def train(
     if os.path.exists(os.path.join(output, rundir.MODEL)):
         raise FileExistsError(f"{output!r} already holds a finished run ({rundir.MODEL}). "
                               "Choose another --output.")
+    check_sessions(output)
 
     # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
     strat = distribute.select_strategy(config.strategy,
@@ -238,8 +241,19 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         resumed = run_callbacks.restore_backup(net, backup_dir)
     epochs = math.ceil(steps / spe)
     if resumed is not None and verbose:
-        print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})",
-              flush=True)
+        print(f"keras-preact: resuming from step {resumed} of {steps} (backup {backup_dir})"
+              + (f"; --deterministic: replaying the input's first {resumed} batches"
+                 if config.deterministic else ""), flush=True)
+    if resumed and config.deterministic and preprocessing.crop_pct is not None:
+        warnings.warn("--deterministic cannot promise the uninterrupted run's weights after "
+                      "this resume: ImageNet-size crops draw from stateful generators, which "
+                      "a rerun does not replay (CIFAR-size nets' input does).", stacklevel=2)
+    if resumed and config.deterministic:
+        # fit reads one stream of batches over all epochs; a rerun's starts again at its
+        # first batch. Skipping those the run has trained on runs the input's shuffle and
+        # augmentation (and their random ops) through them, so that step `resumed + 1`
+        # trains on the batch it would have had uninterrupted.
+        train_ds = train_ds.skip(resumed)
     guard = run_callbacks.TrainingGuard(steps)
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
