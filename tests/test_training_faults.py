@@ -246,9 +246,11 @@ def slow_cpu_warnings(caught) -> list[str]:
             if any(k in str(w.message) for k in ("oneDNN", "float16", "bfloat16"))]
 
 
-def _lonely_worker(run_dir, timeout_s: int) -> tuple[subprocess.Popen, list[str]]:
+def _lonely_worker(run_dir, timeout_s: int, nohup: bool = False
+                   ) -> tuple[subprocess.Popen, list[str]]:
     """Starts `keras-preact train` as worker 0 of a two-worker TF_CONFIG whose other worker
-    never comes; returns the process and the two addresses."""
+    never comes, as from a terminal (SIGHUP's default action, whatever this test run
+    inherited) or under `nohup`; returns the process and the two addresses."""
     import socket
 
     addresses = []
@@ -262,7 +264,9 @@ def _lonely_worker(run_dir, timeout_s: int) -> tuple[subprocess.Popen, list[str]
          str(run_dir), "--connect-timeout", str(timeout_s), "--override", "depth=8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},  # TFDS
-             "TF_CONFIG": json.dumps(tf_config)})  # set it in this process: the CLI's default
+             "TF_CONFIG": json.dumps(tf_config)},  # set it in this process: the CLI's default
+        preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                         signal.SIG_IGN if nohup else signal.SIG_DFL))
     return process, addresses
 
 
@@ -303,6 +307,23 @@ def test_a_stop_signal_to_either_process_ends_both_in_one_line(signum, target, t
     while time.monotonic() < deadline and _processes_naming(tmp_path / "run"):
         time.sleep(0.1)
     assert _processes_naming(tmp_path / "run") == b""
+
+
+def test_under_nohup_a_sighup_to_either_process_is_ignored(tmp_path):
+    """`nohup keras-preact train ...` asks for SIGHUP to be ignored: the supervising parent
+    must not turn it into a stop (it did once it passed every stop signal on, #43)."""
+    process, _ = _lonely_worker(tmp_path / "run", 300, nohup=True)
+    assert process.stderr.readline().startswith("keras-preact: waiting for the 2 workers")
+    (worker,) = [int(p) for p in subprocess.run(["pgrep", "-P", str(process.pid)],
+                                                capture_output=True, text=True).stdout.split()]
+    for pid in (process.pid, worker):
+        os.kill(pid, signal.SIGHUP)
+    time.sleep(2)
+    assert process.poll() is None  # both still wait for the peer
+    os.kill(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT
+    assert err == "keras-preact train: interrupted; rerun the same command to resume\n"
 
 
 def _processes_naming(path) -> bytes:

@@ -157,7 +157,8 @@ def supervise(said=None) -> int | None:
         signal.alarm(STOP_GRACE_S)
 
     for s in PASSED_ON:
-        signal.signal(s, pass_on)
+        if signal.getsignal(s) != signal.SIG_IGN:  # `nohup`: a SIGHUP stays ignored by both
+            signal.signal(s, pass_on)
     signal.signal(signal.SIGALRM, lambda *_: _pass_on(child, signal.SIGKILL))
     status = os.waitpid(child, 0)[1]  # retried after a handled signal (PEP 475)
     signal.alarm(0)
