@@ -71,7 +71,9 @@ def test_a_start_that_failed_before_its_first_backup_does_not_block_the_rerun(
         cifar10_data_dir, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps({"model": "preact-20", "lr": 0.5}))
+    # What a start writes before training (its whole recipe, of which these are a part).
+    (run_dir / "config.json").write_text(json.dumps({"model": "preact-20", "steps": 64000,
+                                                     "lr": 0.5}))
     model = training.train("preact-20", output=str(run_dir), data_dir=cifar10_data_dir,
                            steps=2, batch_size=16, val_examples=0, overrides=TINY, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 2
@@ -172,6 +174,11 @@ def test_a_backup_needs_finite_weights_and_a_sane_loss(tmp_path):
                               r"\(Expecting property name"),
     (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text("[]"),
      ["--output", "{d}/run"], r"{d}/run/config.json is not a keras-preact run config \(\[\]\)"),
+    # A user's own config.json in --output, with no backup beside it, was replaced.
+    (lambda d: (d / "run").mkdir() or (d / "run" / "config.json").write_text('{"lr": 1}'),
+     ["--output", "{d}/run"], "{d}/run/config.json is not a keras-preact run config "
+                              r"\(no model, steps\)\. Move it away to start over, or choose "
+                              "another --output.$"),
     # Both were an AttributeError traceback ('SessionLog' object has no attribute 'sessions').
     (lambda d: (d / "run").mkdir() or (d / "run" / "sessions.json").write_text('[{"mach'),
      ["--output", "{d}/run"], "{d}/run/sessions.json is not a keras-preact sessions file "

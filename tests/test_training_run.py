@@ -330,7 +330,8 @@ def test_auto_stages_scan_full_preact_nets_and_keep_a_resumed_runs_form(tmp_path
     assert resolve_stages("auto", resolve("preact-1001"), out) == "scan"
     assert resolve_stages("auto", resolve("resnet-1001"), out) == "layers"
     assert resolve_stages("auto", resolve("resnet-164-relu-only-preact"), out) == "layers"
-    (tmp_path / "config.json").write_text(json.dumps({"stages": "layers"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model": "preact-1001", "steps": 64000,
+                                                      "stages": "layers"}))
     assert resolve_stages("auto", resolve("preact-1001"), out) == "layers"  # resumes as run
     with pytest.raises(ValueError, match=r"Unknown stages 'loop'. Valid: \['auto', 'layers'"):
         resolve_stages("loop", resolve("preact-20"), out)

@@ -23,14 +23,25 @@ from keras_preact.training.config import (
 NOT_OURS = "Move it away to start over, or choose another --output."
 
 
+# What every config.json a trainer writes holds: a file in --output without them is a user's.
+RUN_CONFIG_KEYS = ("model", "steps")
+
+
 def saved_config(output: str) -> dict:
-    """The config.json of an earlier run in `output`, or {}."""
-    if not os.path.exists(os.path.join(output, rundir.CONFIG)):
+    """The config.json of an earlier run in `output`, or {}; a one-line ValueError when it
+    is damaged or not a run's (a user's own config.json in --output would be replaced)."""
+    path = os.path.join(output, rundir.CONFIG)
+    if not os.path.exists(path):
         return {}
     try:
-        return rundir.read_config(output)
+        config = rundir.read_config(output)
     except ValueError as error:
         raise ValueError(f"{error} {NOT_OURS}") from None
+    missing = [key for key in RUN_CONFIG_KEYS if key not in config]
+    if missing:
+        raise ValueError(f"{path} is not a keras-preact run config (no {', '.join(missing)}). "
+                         f"{NOT_OURS}")
+    return config
 
 
 def check_sessions(output: str) -> None:
