@@ -37,8 +37,8 @@ def preprocess_input(x: ArrayLike, family: str = "cifar") -> ArrayLike:
 
     The statistics are RGB ones, so other channel counts (grayscale, RGBA, multispectral
     input of a model built with `weights=None`) are refused: normalize those with
-    statistics of your own data, e.g. `keras.layers.Normalization`. Images scaled to [0, 1]
-    get a warning: they would come out as one dark colour. A model built with
+    statistics of your own data, e.g. `keras.layers.Normalization`. NumPy images scaled to
+    [0, 1] get a warning: they would come out as one dark colour. A model built with
     `include_preprocessing=True` does this itself and takes the raw pixels.
 
     Args:
@@ -62,13 +62,13 @@ def preprocess_input(x: ArrayLike, family: str = "cifar") -> ArrayLike:
     from keras import ops  # here: `pretrained` (the CLI's `list`) reads this module's data
 
     scale, offset = scale_and_offset(family)
+    _warn_if_unit_scaled(x)
     x = ops.cast(x, "float32")
     if tuple(x.shape[-1:]) not in ((RGB,), (None,)):  # None: unknown while tracing
         raise ValueError(
             "`preprocess_input` normalizes RGB images with per-channel statistics: the last "
             f"axis must have 3 channels. Received: x.shape={tuple(x.shape)}"
         )
-    _warn_if_unit_scaled(x)
     # As `keras.layers.Rescaling` computes it (`include_preprocessing=True`): the same numbers.
     return x * ops.convert_to_tensor(scale, "float32") + ops.convert_to_tensor(offset, "float32")
 
@@ -87,15 +87,14 @@ def scale_and_offset(family: str) -> tuple[tuple[float, ...], tuple[float, ...]]
     return tuple(1 / s for s in std), tuple(-m / s for m, s in zip(mean, std))
 
 
-def _warn_if_unit_scaled(x) -> None:
-    """Warns when concrete images all lie in [0, 1] and are not just black and white: most
-    likely scaled to [0, 1] (`image / 255`, `convert_image_dtype`), which the statistics,
-    computed on [0, 255], would turn into one dark colour. Symbolic tensors pass unchecked."""
+def _warn_if_unit_scaled(values) -> None:
+    """Warns when float NumPy images all lie in [0, 1] and are not just black and white: most
+    likely scaled to [0, 1] (`image / 255`), which the statistics, computed on [0, 255],
+    would turn into one dark colour. Only host arrays, as a user loads images, are looked
+    at: a tensor (symbolic in a pipeline, or on a device) passes unread."""
     import numpy as np
 
-    try:
-        values = np.asarray(x)
-    except Exception:  # a symbolic tensor (tf.data map, a traced function): no values yet
+    if not (isinstance(values, np.ndarray) and values.dtype.kind == "f"):
         return
     if (values.size and values.min() >= 0 and values.max() <= 1
             and np.any((values > 0) & (values < 1))):

@@ -62,13 +62,12 @@ def eval_source(model: object, dataset: str | None = None, data_dir: str | None 
     (('cifar10', None, None), ('cifar100', None, 'test'))
     """
     from keras_preact import rundir
+    from keras_preact.training import folders
 
     run = rundir.recorded(model) if dataset is None else {}
     if not run.get("dataset"):
         return dataset or DEFAULT_EVAL_DATASET, data_dir, split
     dataset, data_dir = run["dataset"], data_dir or run.get("data_dir")
-    from keras_preact.training import folders
-
     if dataset == IN_MEMORY:
         raise ValueError(f"{os.fspath(model)!r} trained on a tf.data.Dataset, which evaluate "
                          "cannot read again: pass --dataset.")
