@@ -23,12 +23,13 @@ setup(
     python_requires=">=3.10",
     # released/ holds data only; naming it a package keeps setuptools from warning that an
     # importable directory is left out.
-    packages=find_packages(include=["keras_preact", "keras_preact.*"]) + ["keras_preact.released"],
+    packages=find_packages(include=["keras_preact", "keras_preact.*"])
+    + ["keras_preact.weights.released"],
     include_package_data=True,
     # ImageNet class names (keras_preact.labels.IMAGENET_FILE); published weights small enough
-    # to ship (keras_preact.pretrained.PACKAGE_DIR).
+    # to ship (keras_preact.weights.records.PACKAGE_DIR).
     package_data={"keras_preact": ["imagenet_classes.txt"],
-                  "keras_preact.released": ["*.weights.h5"]},
+                  "keras_preact.weights.released": ["*.weights.h5"]},
     install_requires=[
         # The full package, not tensorflow-cpu: tensorflow-serving-api requires it.
         "tensorflow>=2.20",
@@ -43,7 +44,8 @@ setup(
         # TensorBoard logs of `keras-preact train`; TF 2.21 no longer installs it.
         "tensorboard>=2.20",
         # Reads timm's .safetensors checkpoints into numpy for the ImageNet tags
-        # (keras_preact.convert): a small wheel without dependencies, so no PyTorch at run time.
+        # (keras_preact.weights.timm): a small wheel without dependencies, so no PyTorch at run
+        # time.
         "safetensors>=0.4",
     ],
     extras_require={
@@ -59,14 +61,14 @@ setup(
         # (nbconvert), with the "python3" kernel (ipykernel). The test extra runs the notebooks
         # without them (nbclient).
         "notebooks": ["jupyterlab>=4", "nbconvert>=7", "ipykernel>=6"],
-        # tests/test_convert.py: timm's own ResNetV2 modules (random weights) are what the
+        # tests/weights/test_timm.py: timm's own ResNetV2 modules (random weights) are what the
         # converted models are checked against; timm >= 1.0.12 has resnetv2_18/34 and their
         # ImageNet tags. Pin the CPU build of torch in the same install (as the README's test
         # command and .ci/run do), or use `--index-url https://download.pytorch.org/whl/cpu`:
         # left to pip, timm's dependency resolves to a multi-GB CUDA build. keras_preact never
         # imports it.
         "convert": ["timm>=1.0.12", "torch>=2.4"],
-        # tests/test_models.py builds the networks on Keras' JAX backend too and compares the
+        # tests/arch/test_registry.py builds the networks on Keras' JAX backend too and compares the
         # outputs with TensorFlow's (the CLI stays on TensorFlow). CPU wheels: jax 0.10.2 pulls
         # jaxlib and scipy, ~120 MB of downloads, and changes none of TensorFlow's NumPy or
         # ml_dtypes. (Keras' PyTorch backend is not tested: torch comes only with `convert`.)

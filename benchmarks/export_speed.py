@@ -41,10 +41,10 @@ def main() -> None:
     import tensorflow as tf
 
     import keras_preact
+    from keras_preact.api import preprocessing_of
     from keras_preact.export import export_model
     from keras_preact.export.signatures import model_side
     from keras_preact.preprocessing import preprocess_input
-    from keras_preact.weights import preprocessing_of
 
     model = keras_preact.build(args.model)
     side = model_side(model)

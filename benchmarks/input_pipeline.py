@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from keras_preact.training import data
+from keras_preact.data import pipeline
 
 
 def images_per_second(ds, batches: int, batch_size: int) -> float:
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--batches", type=int, default=300)
     args = parser.parse_args()
-    ds = data.train_dataset("cifar10", "train[:-5000]", args.batch_size, args.data_dir)
+    ds = pipeline.train_dataset("cifar10", "train[:-5000]", args.batch_size, args.data_dir)
     speed = images_per_second(ds, args.batches, args.batch_size)  # each pass decodes alike
     print(f"cifar10 train pipeline, batch {args.batch_size}: {speed:,.0f} images/s")
 

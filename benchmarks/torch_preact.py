@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from keras_preact import blocks
-from keras_preact.specs import EXPANSION, ResNetSpec
+from keras_preact.arch import blocks
+from keras_preact.arch.specs import EXPANSION, ResNetSpec
 
 
 def _bn_relu(channels: int) -> nn.Sequential:

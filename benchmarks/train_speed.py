@@ -117,7 +117,7 @@ def build_model_and_data(args):
     import tensorflow as tf
 
     import keras_preact
-    from keras_preact import scan
+    from keras_preact.arch import scan
     from keras_preact.training import distribute, paper_schedule
     from keras_preact.training.net import build_and_compile
     from keras_preact.training.resume import resolve_stages

@@ -16,28 +16,31 @@ __version__ = "0.1.0"
 
 import importlib
 
-from keras_preact import models as _models  # noqa: F401  (registers every name)
-from keras_preact import published as _published  # noqa: F401  (registers every tag)
+from keras_preact.arch import registry as _registry  # noqa: F401  (registers every name)
+from keras_preact.arch.specs import ResNetSpec, get_spec, resolve
 from keras_preact.paper import paper_result
-from keras_preact.pretrained import list_models
-from keras_preact.specs import ResNetSpec, get_spec, resolve
+from keras_preact.weights import published as _published  # noqa: F401  (registers every tag)
+from keras_preact.weights.records import list_models
 
 # What needs Keras (hence TensorFlow, seconds to import) loads on first use (PEP 562), so
 # that `keras-preact --help` and `keras-preact list` answer at once.
 _LAZY = {
     "MAX_LAYERS": "keras_preact.api",
     "build": "keras_preact.api",
-    "build_from_spec": "keras_preact.network",
+    "build_from_spec": "keras_preact.arch.network",
     "feature_extractor": "keras_preact.api",
+    "from_timm": "keras_preact.weights.timm",
     "load_model": "keras_preact.api",
-    "spec_of": "keras_preact.network",
+    "scan": "keras_preact.arch.scan",  # the module itself
+    "spec_of": "keras_preact.arch.network",
 }
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'keras_preact' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
+    module = importlib.import_module(_LAZY[name])
+    value = module if module.__name__.endswith(f".{name}") else getattr(module, name)
     globals()[name] = value
     return value
 
@@ -52,10 +55,12 @@ __all__ = [
     "build",
     "build_from_spec",
     "feature_extractor",
+    "from_timm",
     "get_spec",
     "list_models",
     "load_model",
     "paper_result",
     "resolve",
+    "scan",
     "spec_of",
 ]

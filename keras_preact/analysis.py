@@ -18,7 +18,7 @@ What it shows at initialization (tests/test_analysis.py): full pre-activation ke
 although the gradient's norm does not vanish (BN rescales the residual branch, so the
 gradient still flows, but only through the weight layers). The dropout shortcut is the
 paper's (Sec. 3.1, "a scale of lambda with an expectation of 0.5"): a 0/1 mask that keeps
-each value with probability 1 - rate, not rescaled (`keras_preact.blocks` undoes the
+each value with probability 1 - rate, not rescaled (`keras_preact.arch.blocks` undoes the
 1/(1 - rate) of Keras' inverted dropout), so it too gives `direct` ~ (1 - rate)^k.
 """
 
@@ -27,11 +27,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from keras_preact import scan
 from keras_preact.api import load_for_inference
-from keras_preact.introspect import outputs_logits, stage_of, unit_output, unit_prefix
-from keras_preact.network import ResNet
-from keras_preact.weights import in_form
+from keras_preact.arch import scan
+from keras_preact.arch.introspect import outputs_logits, stage_of, unit_output, unit_prefix
+from keras_preact.arch.network import ResNet
+from keras_preact.weights.storage import in_form
 
 
 def residual_units(model: keras.Model) -> list[tuple[str, str]]:
@@ -48,7 +48,7 @@ def residual_units(model: keras.Model) -> list[tuple[str, str]]:
     """
     if scan.is_scanned(model):  # its units 2..n hide inside one loop layer per stage
         raise ValueError(f"Model {model.name!r} runs its stages as scanned loops; per-unit "
-                         "analysis needs the layer graph: pass keras_preact.scan.to_layered("
+                         "analysis needs the layer graph: pass keras_preact.arch.scan.to_layered("
                          "model).")
     if not isinstance(model, ResNet):
         raise ValueError(

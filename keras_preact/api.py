@@ -12,16 +12,17 @@ import zipfile
 
 import keras
 
-from keras_preact import models as _models  # noqa: F401  (registers every name)
-
 # `.keras` files of models compiled by `training.net.build_and_compile` name its optimizer and
 # schedule: registered for load_model.
 from keras_preact import optim as _optim  # noqa: F401
 from keras_preact import rundir
-from keras_preact.builder import allow_deep_graph, layer_bound, stage_outputs
-from keras_preact.network import ResNet, spec_in
-from keras_preact.specs import get_spec, registered
-from keras_preact.weights import RESNET, build_network, load
+from keras_preact.arch import registry as _registry  # noqa: F401  (registers every name)
+from keras_preact.arch.graph import allow_deep_graph, layer_bound, stage_outputs
+from keras_preact.arch.network import ResNet, build_from_spec, network_of, spec_in
+from keras_preact.arch.specs import get_spec, registered, resolve
+from keras_preact.preprocessing import Preprocessing
+from keras_preact.weights.records import preprocessing_for, weights_path
+from keras_preact.weights.storage import RESNET, load, load_weights
 
 # The most layers `load_model` builds by default: the bound of the largest registered network
 # (resnet-1202). A file asking for more is refused before Keras reads it, since a deep graph
@@ -33,6 +34,25 @@ MAX_LAYERS = max(layer_bound(get_spec(name)) for name in registered())
 CONFIG_BYTES_PER_LAYER = 2048
 # What evaluate, export and the analyses take: a model, a `.keras` file or a trainer run dir.
 ModelOrPath = keras.Model | str | os.PathLike
+
+
+def build_network(name: str, *, stages: str = "layers", weights: str | None = None,
+                  input_tensor: keras.KerasTensor | None = None, model_name: str | None = None,
+                  dtype: str | keras.DTypePolicy | None = None,
+                  **overrides) -> ResNet:
+    """Registered network `name` with `overrides`, in form `stages`, with `weights` (None, a
+    published tag or a `.weights.h5` file of either form), named `model_name` (default
+    `name`), under dtype policy `dtype` (default Keras' global one): the one path from a name
+    to a model (`build` and every `keras_preact.applications` constructor). The weights file
+    is found and checked before anything is built."""
+    spec = resolve(name, **overrides)
+    path = None if weights is None else weights_path(name, weights, spec)
+    model = build_from_spec(spec, name=model_name or name, input_tensor=input_tensor,
+                            stages=stages, dtype=dtype)
+    if path is not None:
+        load_weights(model, path)
+    return model
+
 
 
 def build(name: str, *, stages: str = "layers", weights: str | None = None,
@@ -51,14 +71,14 @@ def build(name: str, *, stages: str = "layers", weights: str | None = None,
             takes `preprocess_input(x)`, as the trainer feeds it and exports wrap it).
         stages: "layers" (default): one Keras layer per BN/ReLU/conv/Add, the graph
             to export and inspect. "scan": each stage's identical units run as one
-            `keras_preact.scan.ScannedUnits` loop: same math and parameters, start-up
+            `keras_preact.arch.scan.ScannedUnits` loop: same math and parameters, start-up
             time independent of depth (full pre-activation, identity shortcuts only).
-            `keras_preact.scan.to_layered` / `to_scanned` convert trained weights.
+            `keras_preact.arch.scan.to_layered` / `to_scanned` convert trained weights.
         weights: None (random init), a published tag such as `"cifar10"`
             (`keras-preact list --weights`), or a `.weights.h5` file (of either form).
 
     Returns:
-        An uncompiled `keras_preact.network.ResNet` (a functional `keras.Model` that
+        An uncompiled `keras_preact.arch.network.ResNet` (a functional `keras.Model` that
         carries its spec: `keras_preact.spec_of`) taking RGB images normalized by
         `keras_preact.applications.preprocess_input` (or images of the channels
         `input_shape` gives, e.g. `(None, None, 1)`: any size, any channel count), or
@@ -79,7 +99,7 @@ def feature_extractor(name_or_model: str | keras.Model, **overrides) -> keras.Mo
 
     The last stage's map is taken after the final BN-ReLU of pre-activation nets (their
     units leave the sum un-normalized), the others where the next stage takes them
-    (`keras_preact.builder.stage_outputs`). Strides 1, 2, 4 on CIFAR nets (32x32, 16x16,
+    (`keras_preact.arch.graph.stage_outputs`). Strides 1, 2, 4 on CIFAR nets (32x32, 16x16,
     8x8 at 32x32 input); 4, 8, 16, 32 on ImageNet nets (56x56x256 ... 7x7x2048 for
     preact-50-imagenet at 224x224).
 
@@ -139,7 +159,7 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
 def load_for_inference(model_or_path: ModelOrPath, max_layers: int = MAX_LAYERS) -> keras.Model:
     """The model to evaluate, export or analyse: a `keras.Model` as it is, else
     `load_model(path, compile=False)` of a `.keras` file or run dir, except that a full
-    pre-activation net comes back in its scanned form (`weights.load`): same outputs,
+    pre-activation net comes back in its scanned form (`weights.storage.load`): same outputs,
     loaded without building its layer graph.
 
     Example:
@@ -219,3 +239,18 @@ def _count_layers(config, path: str) -> int:
             todo.extend(layer["config"] for layer in layers
                         if isinstance(layer, dict) and isinstance(layer.get("config"), dict))
     return count
+
+
+def preprocessing_of(model: keras.Model) -> Preprocessing:
+    """The normalization and evaluation geometry `model` takes: its network's
+    (`weights.records.preprocessing_for`: a `-timm` net takes timm's); a one-line ValueError for
+    a model that holds none (`network.network_of`). The one answer for evaluation,
+    SavedModel signatures and ONNX/LiteRT/OpenVINO exports.
+
+    Example:
+    >>> preprocessing_of(build_network("preact-18-imagenet-timm", input_shape=(64, 64, 3)))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Preprocessing(stats='inception', size=224, crop_pct=0.9, interpolation='bicubic',
+                  in_model=False)
+    """
+    return preprocessing_for(network_of(model).spec)

@@ -2,7 +2,7 @@
 
 Every constructor takes the Keras Applications arguments (`help(PreActResNet164)` lists them)
 and builds the registered network of the same name through `keras_preact.build`'s single path
-(`keras_preact.weights.build_network`); `NAMES` is the table they are made from.
+(`keras_preact.api.build_network`); `NAMES` is the table they are made from.
 
 Example:
 >>> from keras_preact.applications import PreActResNet164
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import keras
 
-from keras_preact import pretrained
+from keras_preact.api import build_network
+from keras_preact.arch.specs import EXPANSION, get_spec
 from keras_preact.labels import decode_predictions
 from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
-from keras_preact.specs import EXPANSION, get_spec
-from keras_preact.weights import build_network
+from keras_preact.weights import records
 
 # The arguments of `application` and of every constructor (as Keras' resnet_v2.py shares one
 # DOC), formatted with each one's defaults.
@@ -33,7 +33,7 @@ ARGS_DOC = """
             (`keras-preact list --weights`; a constructor's also builds its `-timm`
             variant for that variant's tags, `trained_as`), or the path to a
             `.weights.h5` file saved from it, in the plain or the scanned form
-            (`keras_preact.scan`). Weights were trained on RGB images: with weights the
+            (`keras_preact.arch.scan`). Weights were trained on RGB images: with weights the
             input needs 3 channels.
         input_tensor: optional Keras tensor (e.g. the output of `keras.Input()`) to use as
             the model's input; its shape is the input shape.
@@ -163,8 +163,8 @@ def trained_as(model_name: str, weights: str | None) -> str:
     ('preact-50-imagenet-timm', 'preact-50-imagenet')
     """
     variant = model_name + VARIANT_SUFFIX
-    if (isinstance(weights, str) and weights not in pretrained.released(model_name)
-            and weights in pretrained.released(variant)):
+    if (isinstance(weights, str) and weights not in records.released(model_name)
+            and weights in records.released(variant)):
         return variant
     return model_name
 
@@ -176,8 +176,8 @@ def _converted_doc(public_name: str, model_name: str) -> str:
                              stats=r.preprocessing.stats, crop_pct=r.preprocessing.crop_pct,
                              interpolation=r.preprocessing.interpolation,
                              public_name=public_name)
-        for tag, r in pretrained.released(variant).items()
-        if tag not in pretrained.released(model_name))
+        for tag, r in records.released(variant).items()
+        if tag not in records.released(model_name))
 
 
 def _constructor(public_name: str, model_name: str):

@@ -61,8 +61,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def model_from_args(args: argparse.Namespace):
     """`args.model` as a path, or the registered network it names built with `args.weights`
     (call after `import_tensorflow`)."""
-    from keras_preact.pretrained import list_models
-    from keras_preact.specs import get_spec
+    from keras_preact.arch.specs import get_spec
+    from keras_preact.weights.records import list_models
 
     named = args.model in list_models() and not os.path.exists(args.model)
     looks_like_path = os.path.exists(args.model) or args.model.endswith(".keras") or (

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from keras_preact.specs import is_positive_int
+from keras_preact.arch.specs import is_positive_int
 
 CIFAR10 = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact.specs import get_spec, resolve
+from keras_preact.arch.specs import get_spec, resolve
 
 PAPER_RESULTS = {
     # Original unit (Fig. 4a).

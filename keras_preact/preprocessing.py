@@ -23,7 +23,7 @@ IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 
 # timm's IMAGENET_INCEPTION_MEAN / _STD (0.5 on the [0, 1] scale): what its ResNetV2 ImageNet
-# checkpoints (`keras_preact.convert`, the `imagenet` tags of preact-*-imagenet-timm) take.
+# checkpoints (`keras_preact.weights.timm`, the `imagenet` tags of preact-*-imagenet-timm) take.
 INCEPTION_MEAN = INCEPTION_STD = (127.5, 127.5, 127.5)
 
 STATS = {"cifar": (CIFAR_MEAN, CIFAR_STD), "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
@@ -109,7 +109,7 @@ def _warn_if_unit_scaled(values) -> None:
 class Preprocessing:
     """What a network's images go through: normalization with the statistics its weights were
     trained with (`preprocess_input`), and for evaluation and serving a geometry
-    (`resize_for_eval`). `keras_preact.weights.preprocessing_of(model)` says which."""
+    (`resize_for_eval`). `keras_preact.api.preprocessing_of(model)` says which."""
 
     stats: str  # key of `STATS`: the mean/std
     size: int  # evaluation side when the network's input size is unspecified
@@ -146,11 +146,11 @@ TIMM_DEFAULT = Preprocessing("inception", size=224, crop_pct=0.875)
 def default_preprocessing(spec) -> Preprocessing:
     """What a network `spec` takes before any published record says more: timm's ResNetV2
     default for timm's stem (`stem="conv-pool"`), else its family's. A record of converted
-    weights changes the geometry only, never these statistics (`tests/test_convert.py`), so
+    weights changes the geometry only, never these statistics (`tests/weights/test_timm.py`), so
     they are what `include_preprocessing` bakes in (`builder.preprocessing_layer`).
 
     Example:
-    >>> from keras_preact.specs import resolve
+    >>> from keras_preact.arch.specs import resolve
     >>> default_preprocessing(resolve("preact-50-imagenet-timm")).stats
     'inception'
     """
@@ -167,7 +167,7 @@ def resize_for_eval(images: ArrayLike, preprocessing: Preprocessing,
 
     Args:
         images: `(batch, height, width, 3)` or `(height, width, 3)` uint8/float tensor.
-        preprocessing: the network's (`keras_preact.weights.preprocessing_of`).
+        preprocessing: the network's (`keras_preact.api.preprocessing_of`).
         size: output side; defaults to `preprocessing.size`.
 
     Returns:

@@ -104,7 +104,7 @@ def test_a_saved_model_is_analysed_from_its_file(tmp_path):
 def test_a_scanned_model_is_analysed_unit_by_unit_in_its_layer_form():
     keras.utils.set_random_seed(0)
     plain = keras_preact.build("preact-110", depth=6 * UNITS_PER_STAGE + 2)
-    fast = keras_preact.scan.to_scanned(plain)
+    fast = keras_preact.arch.scan.to_scanned(plain)
     with pytest.raises(ValueError, match="scanned loops.*scan.to_layered"):
         analysis.residual_units(fast)
     a = analysis.signal_propagation(plain, batch_size=4)

@@ -11,16 +11,8 @@ import numpy as np
 import pytest
 
 import keras_preact
-from keras_preact import (
-    applications,
-    cli,
-    labels,
-    network,
-    plotting,
-    preprocessing,
-    specs,
-    weights,
-)
+from keras_preact import api, applications, cli, labels, plotting, preprocessing
+from keras_preact.arch import network, specs
 from keras_preact.paper import PAPER_RESULTS
 
 # The channels of the last feature map (Keras' `last_dim`): 64 / 256 for CIFAR basic /
@@ -134,7 +126,7 @@ def test_weights_saved_from_the_scanned_form_load_into_the_constructor(tmp_path)
     path = tmp_path / "scanned.weights.h5"
     trained.save_weights(path)
     model = applications.PreActResNet20(classes=7, weights=str(path))
-    assert not keras_preact.scan.is_scanned(model)
+    assert not keras_preact.arch.scan.is_scanned(model)
     x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)),
                                keras.ops.convert_to_numpy(trained(x)), rtol=1e-5, atol=1e-6)
@@ -226,7 +218,7 @@ def test_include_preprocessing_takes_raw_pixels_and_computes_the_same_numbers(na
     images = np.random.default_rng(1).integers(0, 256, (2, *shape), dtype="uint8")
     expected = plain(applications.preprocess_input(images, STATS_NETS[name]), training=False)
     np.testing.assert_array_equal(raw(images, training=False), expected)
-    assert weights.preprocessing_of(raw).in_model and not weights.preprocessing_of(plain).in_model
+    assert api.preprocessing_of(raw).in_model and not api.preprocessing_of(plain).in_model
     path = str(tmp_path / "raw.keras")
     raw.save(path)
     again = keras_preact.load_model(path)
@@ -267,7 +259,7 @@ def test_a_network_file_older_than_include_preprocessing_loads():
 
 @pytest.fixture
 def built_specs(monkeypatch):
-    """Replaces the builder of the one build path (`weights.build_network`): records (spec,
+    """Replaces the builder of the one build path (`api.build_network`): records (spec,
     name, input_tensor) of each constructor call."""
     calls = []
 
@@ -275,7 +267,7 @@ def built_specs(monkeypatch):
         calls.append((spec, name, input_tensor))
         return "model"
 
-    monkeypatch.setattr(weights, "build_from_spec", record)
+    monkeypatch.setattr(api, "build_from_spec", record)
     return calls
 
 

@@ -62,7 +62,8 @@ def test_another_keras_backend_in_the_shell_runs_on_tensorflow(backend, cifar10_
 
 def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_model_file):
     """imagenet2012's `test` split has no labels: its held-out split is `validation`."""
-    from keras_preact.training import evaluation, sources
+    from keras_preact.data import sources
+    from keras_preact.training import evaluation
 
     asked = []
 
@@ -83,7 +84,8 @@ def test_evaluate_refuses_a_model_that_does_not_fit_the_dataset_before_the_data(
         monkeypatch, tiny_model_file):
     """A 10-class model on cifar100 used to download CIFAR-100 (minutes of retries offline)
     before it was refused."""
-    from keras_preact.training import evaluation, sources
+    from keras_preact.data import sources
+    from keras_preact.training import evaluation
 
     def check_split(*args, **kwargs):
         raise AssertionError("the data was touched")

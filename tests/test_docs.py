@@ -10,15 +10,15 @@ import pytest
 import keras_preact
 from keras_preact import cli
 
-MODULES = ["keras_preact", "keras_preact.api", "keras_preact.specs", "keras_preact.labels",
-           "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.builder",
-           "keras_preact.export", "keras_preact.scan", "keras_preact.training.trainer",
+MODULES = ["keras_preact", "keras_preact.api", "keras_preact.arch.specs", "keras_preact.labels",
+           "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.arch.graph",
+           "keras_preact.export", "keras_preact.arch.scan", "keras_preact.training.trainer",
            "keras_preact.optim", "keras_preact.files",
            "keras_preact.training.config", "keras_preact.rundir", "keras_preact.training.net",
-           "keras_preact.datasets",
-           "keras_preact.export.runtimes", "keras_preact.paper", "keras_preact.network",
-           "keras_preact.scanned_units", "keras_preact.scan.convert", "keras_preact.weights",
-           "keras_preact.pretrained", "keras_preact.host", "keras_preact.convert"]
+           "keras_preact.data.catalog",
+           "keras_preact.export.runtimes", "keras_preact.paper", "keras_preact.arch.network",
+           "keras_preact.arch.scanned_units", "keras_preact.weights.storage",
+           "keras_preact.weights.records", "keras_preact.host", "keras_preact.weights.timm"]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -59,7 +59,7 @@ def test_the_docs_counts_of_preact_1001_are_the_builds():
 def test_the_readmes_parameter_counts_of_preact_1001_agree():
     """The table said 10.33M trainable, the Hardware section "10.2M" (the paper's),
     `count_params()` 10,476,922: the prose now names each count for what it is."""
-    from keras_preact.specs import param_counts
+    from keras_preact.arch.specs import param_counts
 
     counts = param_counts(keras_preact.get_spec("preact-1001"))
     readme = " ".join((ROOT / "README.md").read_text().split())

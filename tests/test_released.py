@@ -23,7 +23,7 @@ from keras_preact.preprocessing import preprocess_input
 from keras_preact.training import evaluate
 from keras_preact.training.config import TrainConfig, add_arguments
 
-# Weights trained here; converted ones are tested in tests/test_convert.py.
+# Weights trained here; converted ones are tested in tests/weights/test_timm.py.
 RECORDS = [r for r in pretrained.all_records() if isinstance(r, pretrained.WeightsRecord)]
 IDS = [f"{r.model}:{r.tag}" for r in RECORDS]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_the_wheel_ships_every_published_file(tmp_path):
                    check=True, capture_output=True)
     (wheel,) = tmp_path.glob("keras_preact-*.whl")
     shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".h5")}
-    assert shipped == {f"keras_preact/released/{r.file}" for r in RECORDS if r.url is None}
+    assert shipped == {f"keras_preact/weights/released/{r.file}" for r in RECORDS if r.url is None}
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
     python tools/release_weights.py RUN_DIR --tag cifar10 --data-dir DIR \
         --compare-with resnet-20 --command "keras-preact train ..." [--note "..."]
 
-Writes `keras_preact/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
+Writes `keras_preact/weights/released/<model>-<tag>.weights.h5` in the plain layer form (the form of
 RUN_DIR/model.keras, whatever form the run trained in), measures that file's accuracy on the
 dataset's official test split (and on the run's validation slice, if it held one out) with
 `keras_preact.training.evaluate`, as `keras-preact evaluate NAME --weights TAG` does: the file
@@ -23,10 +23,12 @@ import datetime
 import os
 
 import keras_preact
-from keras_preact import cli, pretrained, rundir
+from keras_preact import cli, rundir
+from keras_preact.weights import records
 
 cli.import_tensorflow()  # as `keras-preact` loads it: oneDNN on, no start-up log lines
-from keras_preact.training import data, evaluate, sources  # noqa: E402  (imports TensorFlow)
+from keras_preact.data import pipeline, sources  # noqa: E402  (imports TensorFlow)
+from keras_preact.training import evaluate  # noqa: E402
 
 
 def main() -> None:
@@ -45,17 +47,18 @@ def main() -> None:
     if not machines:
         raise SystemExit(f"{args.run_dir} has no {rundir.SESSIONS}: it was trained before "
                          "keras-preact recorded its sessions, so its time and machine are unknown.")
-    # RUN_DIR/model.keras is the plain layer graph whatever form trained (weights.save_plain).
+    # RUN_DIR/model.keras is the plain layer graph whatever form trained
+    # (weights.storage.save_plain).
     model = keras_preact.load_model(args.run_dir, compile=False)
     file = f"{config['model']}-{args.tag}.weights.h5"
-    path = os.path.join(pretrained.PACKAGE_DIR, file)
-    os.makedirs(pretrained.PACKAGE_DIR, exist_ok=True)
+    path = os.path.join(records.PACKAGE_DIR, file)
+    os.makedirs(records.PACKAGE_DIR, exist_ok=True)
     model.save_weights(path)
     # Scored as a user gets it, not in the run's dtype policy that model.keras carries.
     model = keras_preact.build(config["model"], weights=path, **config["overrides"])
-    assert model.dtype_policy.name == pretrained.SCORED_IN, model.dtype_policy.name
+    assert model.dtype_policy.name == records.SCORED_IN, model.dtype_policy.name
     test_split = sources.dataset_info(config["dataset"]).eval_split
-    train_split, val_split = data.train_val_splits(config["val_examples"])
+    train_split, val_split = pipeline.train_val_splits(config["val_examples"])
     accuracy = {split: round(evaluate(model, dataset=config["dataset"], split=split,
                                       data_dir=args.data_dir, download=False)["accuracy"], 4)
                 for split in (test_split, val_split) if split}
@@ -66,16 +69,16 @@ def main() -> None:
     steps = config["steps"]
     iterations = f"{steps // 1000}k" if steps % 1000 == 0 else str(steps)
     reached = (f"{100 * accuracy[test_split]:.2f} % on the {test_split} split, scored in "
-               f"{pretrained.SCORED_IN}") + (
+               f"{records.SCORED_IN}") + (
         f", {100 * accuracy[val_split]:.2f} % on {val_split}" if val_split else "")
-    earlier = getattr(pretrained.released(config["model"]).get(args.tag), "runs", ())
+    earlier = getattr(records.released(config["model"]).get(args.tag), "runs", ())
     runs = tuple(r.replace("published (this file)", f"published, replaced on {ended}")
                  for r in earlier) + (
         f"{ended}: {precision}, {iterations} iterations on {train_split}: "
         f"{reached}; published (this file)",)
-    record = pretrained.WeightsRecord(
+    record = records.WeightsRecord(
         model=config["model"], tag=args.tag, dataset=config["dataset"], file=file,
-        sha256=pretrained.sha256_of(path), test_accuracy=accuracy[test_split],
+        sha256=records.sha256_of(path), test_accuracy=accuracy[test_split],
         compare_with=args.compare_with, val_accuracy=accuracy.get(val_split),
         val_split=val_split, command=args.command,
         iterations=config["steps"], precision=precision, wall_time_h=round(hours, 2),

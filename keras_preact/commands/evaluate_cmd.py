@@ -7,7 +7,7 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
-from keras_preact.training.sources import (
+from keras_preact.data.sources import (
     DATASET_HELP,
     DEFAULT_EVAL_DATASET,
     dataset_info,

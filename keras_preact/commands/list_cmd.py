@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[str]]]:
     import keras_preact
+    from keras_preact.arch.specs import param_counts
     from keras_preact.paper import PAPER_RESULTS
-    from keras_preact.specs import param_counts
 
     header = ["name", "family", "depth", "unit", "shortcut"]
     # Trainable: the count papers quote (`count_params()` adds BN's moving statistics).
@@ -56,11 +56,11 @@ def _models_table(names: list[str], params: bool) -> tuple[list[str], list[list[
 
 
 def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list[str]]]:
-    from keras_preact import pretrained
+    from keras_preact.weights import records
 
     header = ["name", "weights", "test accuracy (error)", "paper error (%)", "iterations",
               "precision", "file"]
-    records = pretrained.all_records()
+    records = records.all_records()
     rows = [_weights_row(r) for r in records if r.model in names]
     if not rows:
         published = ", ".join(f"{r.model} ({r.tag})" for r in records) or "none yet"
@@ -71,7 +71,7 @@ def _weights_table(names: list[str], pattern: str) -> tuple[list[str], list[list
 
 def _weights_row(r) -> list[str]:
     from keras_preact.paper import PAPER_RESULTS
-    from keras_preact.pretrained import ConvertedRecord
+    from keras_preact.weights.records import ConvertedRecord
 
     if isinstance(r, ConvertedRecord):  # the source's own figure: not measured here
         return [r.model, r.tag, f"{r.top1:.2f} % ({100 - r.top1:.2f} %), source's, ImageNet val",

@@ -10,7 +10,7 @@ import sys
 
 from keras_preact import rundir
 from keras_preact.cli import import_tensorflow
-from keras_preact.training import sources
+from keras_preact.data import sources
 from keras_preact.training.config import TrainConfig, add_arguments
 from keras_preact.training.distribute import CONNECT_TIMEOUT_S
 

@@ -9,9 +9,9 @@ import keras
 
 from keras_preact import rundir
 from keras_preact.api import ModelOrPath, load_for_inference
-from keras_preact.network import ResNet
-from keras_preact.scanned_units import scannable
-from keras_preact.weights import in_form
+from keras_preact.arch.network import ResNet
+from keras_preact.arch.scanned_units import scannable
+from keras_preact.weights.storage import in_form
 
 RUN_FILES = (rundir.MODEL, rundir.CONFIG)
 
@@ -50,7 +50,7 @@ def _run_model_name(path: str) -> str:
 def serving_form(model: keras.Model) -> keras.Model:
     """The form a SavedModel is exported in: full pre-activation nets with scanned stages.
 
-    Same outputs as the plain layer graph (`keras_preact.scan`), but a SavedModel with one
+    Same outputs as the plain layer graph (`keras_preact.arch.scan`), but a SavedModel with one
     loop per stage instead of a layer graph that grows with depth: it exports and loads in
     TF Serving much faster, at the same latency (benchmarks/export_speed.py measures both).
     Any other model (another design, or a network wrapped with more layers or ops) is

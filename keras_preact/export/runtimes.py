@@ -4,7 +4,7 @@ Every artifact holds the whole inference path, so the other side writes no prepr
 
 - input `images`: uint8 RGB `[batch, side, side, 3]` at the model's input size, batch dynamic;
 - inside the graph: `keras_preact.preprocessing.preprocess_input` with the model's statistics
-  (`keras_preact.weights.preprocessing_of`: a `-timm` net takes timm's), the
+  (`keras_preact.api.preprocessing_of`: a `-timm` net takes timm's), the
   model in inference mode (BatchNorm with its moving statistics), softmax on a logits head;
 - output `probabilities`: float32 `[batch, classes]`: softmax, or a sigmoid head's
   independent per-class probabilities as they are (the SavedModel's rule,
@@ -24,9 +24,9 @@ variables frozen into constants (`inference_function`); the same frozen function
 three converters Keras itself uses (tf2onnx, `openvino.convert_model`, `TFLiteConverter`).
 Most of tf2onnx's time goes to its transpose optimizer, which moves the NHWC/NCHW transposes
 around each convolution one node per sweep over the graph. Export times per runtime:
-benchmarks/README.md (Serving runtimes); parity with Keras: tests/test_deploy.py.
+benchmarks/README.md (Serving runtimes); parity with Keras: tests/export/test_runtimes.py.
 
-Scanned stages (`keras_preact.scan`) are exported as the plain layer graph: tf2onnx leaves the
+Scanned stages (`keras_preact.arch.scan`) are exported as the plain layer graph: tf2onnx leaves the
 scanned loop as an op ONNX does not have (`PartitionedCall`), and in the plain graph each BN is
 a constant scale and offset that the runtimes can fold into the neighbouring convolution.
 
@@ -115,8 +115,9 @@ def inference_function(model: keras.Model) -> tf.types.experimental.PolymorphicF
         convert_variables_to_constants_v2,
     )
 
+    from keras_preact.api import preprocessing_of
     from keras_preact.export.signatures import classifier_probabilities, model_side
-    from keras_preact.weights import in_form, preprocessing_of
+    from keras_preact.weights.storage import in_form
 
     model = in_form(model, "layers")
     # The SavedModel's rule: what the output holds decides the softmax; non-classifiers fail.
@@ -200,9 +201,9 @@ def export(model_or_path: ModelOrPath, path: str | os.PathLike, *, format: str) 
     >>> export(keras_preact.build("preact-20", depth=8), out, format="onnx") == out
     True
     """
+    from keras_preact.api import preprocessing_of
     from keras_preact.export.loading import load_for_export
     from keras_preact.labels import class_names
-    from keras_preact.weights import preprocessing_of
 
     path = os.fspath(path)
     check_target(path, format)

@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from keras_preact.introspect import output_kind
+from keras_preact.api import preprocessing_of
+from keras_preact.arch.introspect import output_kind
 from keras_preact.labels import check_names, class_names
 from keras_preact.preprocessing import resize_for_eval
-from keras_preact.weights import preprocessing_of
 
 # Largest accepted image height/width, in pixels: bounds the memory an image can take
 # (a 4096x4096 RGB image decodes to 48 MiB).

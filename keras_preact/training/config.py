@@ -13,11 +13,11 @@ import os
 import typing
 from collections.abc import Sequence
 
-from keras_preact import specs
-from keras_preact.datasets import PAPER_VAL_EXAMPLES
+from keras_preact.arch import specs
+from keras_preact.data.catalog import PAPER_VAL_EXAMPLES
+from keras_preact.data.sources import DATASET_HELP, FOLDER_VAL_SHARE, TFDS_VAL_SHARE
 from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.training.distribute import STRATEGIES
-from keras_preact.training.sources import DATASET_HELP, FOLDER_VAL_SHARE, TFDS_VAL_SHARE
 
 # The Keras dtype policy of each `mixed_precision` choice.
 MIXED_PRECISION = {"off": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -93,7 +93,7 @@ class TrainConfig:
         "everything below it loaded. Fine-tuning defaults: --steps "
         f"{FINE_TUNE['steps']}, --lr {FINE_TUNE['lr']}, --warmup-steps "
         f"{FINE_TUNE['warmup_steps']}", resume=KEEP, metavar="TAG|FILE|RUN_DIR",
-        path=lambda v: os.path.isdir(v) or v.endswith(".weights.h5"))  # as weights.start_from
+        path=lambda v: os.path.isdir(v) or v.endswith(".weights.h5"))  # as start.start_from
     freeze: str = field("none", "keep loaded weights (--weights) fixed: bn = BatchNorm layers "
                         "(scale, offset and statistics), backbone = all but the classifier "
                         "(default %(default)s)", resume=KEEP, choices=FREEZE)
@@ -203,7 +203,7 @@ class TrainConfig:
 
 
 def _is_folder(dataset: str) -> bool:
-    from keras_preact.training.folders import is_folder
+    from keras_preact.data.folders import is_folder
 
     return is_folder(dataset)
 

@@ -28,7 +28,7 @@ import warnings
 
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")
 # (lowest, highest) Keras major.minor known to need the patches. 3.15 is the installed one,
-# checked by tests/test_training_distributed.py; widen after re-testing a newer Keras.
+# checked by tests/training/test_distribute.py; widen after re-testing a newer Keras.
 MWMS_PATCHED_KERAS = ((3, 5), (3, 15))
 
 

@@ -4,12 +4,11 @@ pipeline and geometry the trainer and the exports share."""
 from __future__ import annotations
 
 from keras_preact import labels
-from keras_preact.api import ModelOrPath, load_for_inference
-from keras_preact.introspect import outputs_logits
-from keras_preact.network import family_of
-from keras_preact.training import data, sources
+from keras_preact.api import ModelOrPath, load_for_inference, preprocessing_of
+from keras_preact.arch.introspect import outputs_logits
+from keras_preact.arch.network import family_of
+from keras_preact.data import pipeline, sources
 from keras_preact.training.config import check_positive
-from keras_preact.weights import preprocessing_of
 
 
 def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: str | None = None,
@@ -50,13 +49,13 @@ def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: s
                          "needed).")
     split = info.eval_split if split is None else split  # '' is a bad split, not the default
     if split is None:  # a TFDS dataset's splits are known once it is prepared
-        sources.check_split(dataset, data.train_base(dataset), data_dir, download)
+        sources.check_split(dataset, pipeline.train_base(dataset), data_dir, download)
         split = sources.dataset_info(dataset, data_dir).eval_split
     if split is None:
         raise ValueError(f"Dataset {dataset!r} has no test or validation split: pass --split.")
     examples = sources.check_split(dataset, split, data_dir, download)
     size = model.input_shape[1] if family == "imagenet" else None
-    ds = data.eval_dataset(dataset, split, batch_size, data_dir, image_size=size,
+    ds = pipeline.eval_dataset(dataset, split, batch_size, data_dir, image_size=size,
                            preprocessing=preprocessing_of(model))
     # A twin on the same layers is compiled, so that the caller's model keeps its own.
     twin = keras.Model(model.inputs, model.outputs)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact import scan, weights
-from keras_preact.introspect import outputs_logits
+from keras_preact.api import build_network
+from keras_preact.arch import scan
+from keras_preact.arch.introspect import outputs_logits
+from keras_preact.arch.specs import resolve
 from keras_preact.optim import SGDWithL2
-from keras_preact.specs import resolve
 from keras_preact.training.config import FREEZE, MIXED_PRECISION, TrainConfig, check_choice
 from keras_preact.training.resume import resolve_stages
 
@@ -21,7 +22,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     `seed`, which (when set) fixes the initial weights (`keras.utils.set_random_seed`).
 
     `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
-    stage's identical units as one loop (`keras_preact.scan`: much faster start-up and
+    stage's identical units as one loop (`keras_preact.arch.scan`: much faster start-up and
     steps for deep full pre-activation nets), `recompute` trades compute for activation
     memory there. benchmarks/train_speed.py measures exactly this function.
 
@@ -39,7 +40,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     check_recompute(model, stages, config.recompute)
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    net = weights.build_network(model, stages=stages, dtype=MIXED_PRECISION[config.mixed_precision],
+    net = build_network(model, stages=stages, dtype=MIXED_PRECISION[config.mixed_precision],
                         **config.overrides)
     # In mixed precision, keeping each BN + ReLU output for the backward pass is faster than
     # recomputing it, in memory that the lower precision saved; in float32 it would cost
@@ -64,7 +65,7 @@ def freeze(model, what: str) -> None:
     every layer but the classifier; "none", nothing. Plain layer graphs only (`_stages`)."""
     import keras
 
-    from keras_preact.builder import CLASSIFIER
+    from keras_preact.arch.graph import CLASSIFIER
 
     check_choice("freeze", what, FREEZE)
     for layer in model.layers:

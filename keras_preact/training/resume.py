@@ -10,7 +10,8 @@ import fcntl
 import json
 import os
 
-from keras_preact import rundir, scan
+from keras_preact import rundir
+from keras_preact.arch import scan
 from keras_preact.training.config import (
     DIVERGED_MAY_CHANGE,
     RESUME_KEYS,

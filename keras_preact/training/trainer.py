@@ -2,7 +2,7 @@
 through tf.distribute, into a run directory (`keras_preact.rundir`).
 
 `model.keras` is written only when training finished: the trained network as plain Keras
-layers, which `keras.saving.load_model` loads without keras_preact (`weights.save_plain`).
+layers, which `keras.saving.load_model` loads without keras_preact (`weights.storage.save_plain`).
 Beside it: `net` (the network it fits), `resume` (run lock, resume policy), `evaluation`.
 """
 
@@ -20,17 +20,21 @@ from collections.abc import Sequence
 
 import keras
 
-from keras_preact import host, labels, pretrained, rundir, weights
-from keras_preact.datasets import DatasetInfo
+from keras_preact import host, labels, rundir
+from keras_preact.arch.specs import resolve
+from keras_preact.data import pipeline, sources
+from keras_preact.data.catalog import DatasetInfo
 from keras_preact.files import atomic_path
 from keras_preact.optim import paper_schedule
 from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
-from keras_preact.specs import resolve
 from keras_preact.training import callbacks as run_callbacks
-from keras_preact.training import data, distribute, sources
+from keras_preact.training import distribute
+from keras_preact.training import start as run_start
 from keras_preact.training.config import TrainConfig, absolute_paths
 from keras_preact.training.net import build_and_compile, check_recompute
 from keras_preact.training.resume import check_sessions, resolve_stages, resume_config, run_lock
+from keras_preact.weights import records
+from keras_preact.weights.storage import save_plain
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
@@ -85,7 +89,7 @@ def train(
     trained weights (a published tag, a `.weights.h5` file or a run dir; another class count
     gets a new classifier) with fine-tuning defaults (`config.FINE_TUNE`); `freeze` keeps
     BatchNorm or the whole backbone fixed; `deterministic` gives the same weights every time.
-    `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.scan`:
+    `stages="auto"` trains full pre-activation nets with scanned stages (`keras_preact.arch.scan`:
     same math, a much faster start and less memory) and other designs as plain layers;
     `model.keras` is always the plain layer graph. Returns the trained, compiled model in
     the form it trained in.
@@ -118,7 +122,8 @@ def train(
         raise ValueError(f"{config.dataset!r} has {info.classes} classes. "
                          f"Received: classes={spec.classes}")
     _check_input_size(spec, spec.family)
-    start = None if config.weights is None else weights.start_from(model, spec, config.weights)
+    start = None if config.weights is None else run_start.start_from(model, spec,
+                                                                      config.weights)
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
                               "Choose another --output.")
@@ -145,20 +150,20 @@ def train(
     if config.strategy != "tpu" and not distribute.gpu_count():
         host.warn_slow_cpu_settings(config.mixed_precision)
     source = images if images is not None else config.dataset
-    base = data.train_base(source)
+    base = pipeline.train_base(source)
     if images is not None:
-        examples = data.count_examples(images)
+        examples = pipeline.count_examples(images)
     else:
         examples = sources.check_split(config.dataset, base, config.data_dir, download)
         info = _dataset_info(config, images, class_names)  # a TFDS dataset's splits, prepared
     if config.val_examples is None:
-        config = dataclasses.replace(config, val_examples=data.default_val_examples(
+        config = dataclasses.replace(config, val_examples=pipeline.default_val_examples(
             info, examples))
     if not config.val_examples + config.batch_size <= examples:
         raise ValueError(f"{config.dataset!r} has {examples} training examples: `val_examples` "
                          f"+ `batch_size` must not exceed that. Received: "
                          f"val_examples={config.val_examples}, batch_size={config.batch_size}")
-    train_split, val_split = data.train_val_splits(config.val_examples, base)
+    train_split, val_split = pipeline.train_val_splits(config.val_examples, base)
     if not config.val_examples and info.val_split:  # the dataset's own validation split
         val_split = info.val_split
     # Without validation, each epoch end is scored on the dataset's held-out split (if any).
@@ -211,13 +216,13 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
-    preprocessing = pretrained.preprocessing_for(spec)
-    train_ds = data.train_dataset(source, train_split, config.batch_size, config.data_dir,
+    preprocessing = records.preprocessing_for(spec)
+    train_ds = pipeline.train_dataset(source, train_split, config.batch_size, config.data_dir,
                                   image_size=size, seed=config.seed, preprocessing=preprocessing,
                                   deterministic=config.deterministic)
     # Without a slice of train held out, each epoch end is scored on the dataset's own
     # held-out split, for test-error curves like the paper's; no decision is made from them.
-    val_ds = None if not held_out else data.eval_dataset(
+    val_ds = None if not held_out else pipeline.eval_dataset(
         source, held_out, config.batch_size, config.data_dir, image_size=size,
         preprocessing=preprocessing)
     schedule = paper_schedule(
@@ -227,7 +232,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     with strat.scope():
         net = build_and_compile(model_name, schedule, config)
         if start is not None:
-            loaded, initialized = weights.load_start(net, start)
+            loaded, initialized = run_start.load_start(net, start)
             if verbose:
                 print(f"keras-preact: weights {start.weights!r}: loaded {len(loaded)} layers"
                       + (f", initialized {', '.join(initialized)} ({spec.classes} classes, "
@@ -293,7 +298,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
         )
     # The chief writes model.keras atomically; other workers save into their temp dir.
     with atomic_path(os.path.join(run_dir, rundir.MODEL)) as tmp:
-        weights.save_plain(net, tmp)
+        save_plain(net, tmp)
     if chief:
         shutil.rmtree(backup_dir, ignore_errors=True)
     return net

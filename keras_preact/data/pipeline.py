@@ -1,0 +1,241 @@
+"""TFDS input pipelines: the paper's CIFAR augmentation, fb.resnet.torch's ImageNet crops.
+
+Images stay uint8 through caching, shuffling and augmentation; normalization
+(`preprocessing.preprocess_input`) runs once per batch at the end, and evaluation uses the
+shared `preprocessing.resize_for_eval` geometry, so training, `evaluate` and serving all see
+the same numbers.
+"""
+
+from __future__ import annotations
+
+from keras_preact.data.augment import augment_cifar, augment_imagenet
+from keras_preact.data.catalog import DATASETS, DatasetInfo
+from keras_preact.data.sources import dataset_info
+
+
+def train_base(name) -> str:
+    """The split the trainer trains (and carves validation) from: "train" of a TFDS dataset,
+    "all" of an image folder or a tf.data.Dataset."""
+    from keras_preact.data import folders
+
+    return "all" if not isinstance(name, str) or folders.is_folder(name) else "train"
+
+
+def train_val_splits(val_examples: int, base: str = "train") -> tuple[str, str | None]:
+    """`train[:-N]` / `train[-N:]`: a validation slice carved from the training split (`base`:
+    "all" for an image folder or a tf.data.Dataset).
+
+    Example:
+    >>> train_val_splits(5000), train_val_splits(60, "all")
+    (('train[:-5000]', 'train[-5000:]'), ('all[:-60]', 'all[-60:]'))
+    """
+    if val_examples == 0:
+        return base, None
+    return f"{base}[:-{val_examples}]", f"{base}[-{val_examples}:]"
+
+
+def default_val_examples(info: DatasetInfo, examples: int) -> int:
+    """Examples held out of `examples` training ones when `val_examples` is not given: the
+    paper datasets' 5000, else `info.val_share` of them (at least 1), or 0 when the dataset
+    has a validation split of its own (`info.val_split`)."""
+    if info.val_examples is not None:
+        return info.val_examples
+    return max(1, round(examples * info.val_share)) if info.val_share else 0
+
+
+def _load(name, split: str, data_dir: str | None, shuffle_files: bool,
+          seed: int | None = None):
+    """`(uint8 RGB image, int64 label)` pairs of `split`: of a TFDS dataset (grayscale and
+    RGBA converted), an image folder, or a `tf.data.Dataset` given as `name`."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    from keras_preact.data import folders
+
+    if isinstance(name, tf.data.Dataset):
+        return _slice(name, split).map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
+    if folders.is_folder(name):
+        return folders.load(folders.scan(name), split)
+    ds = tfds.load(
+        name,
+        split=split,
+        data_dir=data_dir,
+        download=False,
+        as_supervised=True,
+        shuffle_files=shuffle_files,
+        # No TFDS auto-cache (on for small sets such as CIFAR), nor a cache of ours: read by
+        # Keras under a tf.distribute strategy, an in-memory cache's first pass can end
+        # early and keep part of the split for good (benchmarks/README.md, "Input pipeline").
+        read_config=tfds.ReadConfig(shuffle_seed=seed, try_autocache=False),
+    )
+    return ds.map(lambda x, y: (to_rgb(x), y))
+
+
+def to_rgb(image):
+    """A uint8 image with 1 (grayscale), 3 or 4 (RGBA: alpha dropped) channels as RGB."""
+    import tensorflow as tf
+
+    channels = image.shape[-1]
+    if channels == 1:
+        return tf.image.grayscale_to_rgb(image)
+    if channels == 4:
+        return image[..., :3]
+    if channels != 3:
+        raise ValueError(f"Images must have 1, 3 or 4 channels. Received: shape {image.shape}")
+    return image
+
+
+def count_examples(ds) -> int:
+    """Elements of a finite `tf.data.Dataset` (counted once when TensorFlow cannot tell)."""
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("The training tf.data.Dataset must be finite (one pass over your "
+                         "images, unbatched): the trainer repeats it. Received an infinite one.")
+    if n == tf.data.UNKNOWN_CARDINALITY:
+        n = int(ds.reduce(0, lambda count, _: count + 1))
+    return n
+
+
+def _slice(ds, split: str):
+    """`split` ("all", "all[:-N]", "all[-N:]") of a finite tf.data.Dataset."""
+    from keras_preact.data.folders import select
+
+    part = select(split)
+    start, stop, _ = part.indices(count_examples(ds))
+    return ds.skip(start).take(max(0, stop - start))
+
+
+def _options(deterministic: bool = False):
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    # TFDS CIFAR is a single file: shard by data so every worker gets a distinct part of
+    # each global batch instead of a warning and the same fallback.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA
+    )
+    options.deterministic = deterministic
+    return options
+
+
+def train_dataset(
+    name,
+    split: str,
+    batch_size: int,
+    data_dir: str | None = None,
+    image_size: int | None = None,
+    seed: int | None = None,
+    *,
+    preprocessing=None,
+    deterministic: bool = False,
+):
+    """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`.
+
+    `batch_size` is the *global* batch: `model.fit` under a `tf.distribute` strategy splits
+    it across replicas (and shards it across workers). `preprocessing` (a
+    `preprocessing.Preprocessing`; default: the dataset's family's) is the network's
+    (`pretrained.preprocessing_for`): images of any size are first resized to 32x32 for CIFAR
+    nets (`preprocessing.resize_for_eval`, as served) and crop-augmented to `image_size` for
+    ImageNet nets, then normalized with its statistics. `deterministic`: the same batches in
+    the same order on every run with the same `seed`.
+    """
+    import tensorflow as tf
+
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING
+
+    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
+    ds = _load(name, split, data_dir, shuffle_files=True, seed=seed)
+    if preprocessing.crop_pct is None:  # whole small images: CIFAR's augmentation
+        if not _cifar_sized(name):
+            ds = ds.map(lambda x, y: (_resized(x, preprocessing, image_size), y),
+                        num_parallel_calls=tf.data.AUTOTUNE)
+        if deterministic:
+            ds = _replayable(ds, seed or 0)
+        else:
+            ds = ds.shuffle(50_000, seed=seed).repeat()  # 50k 32x32 images: the whole split
+            ds = ds.map(lambda x, y: (augment_cifar(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        size = image_size or preprocessing.size
+        ds = ds.shuffle(10_000, seed=seed).repeat()
+        ds = ds.map(
+            lambda x, y: (augment_imagenet(x, size), y), num_parallel_calls=tf.data.AUTOTUNE
+        )
+    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.map(
+        lambda x, y: (preprocessing.normalize(x), y),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
+
+
+def _replayable(ds, seed: int):
+    """`ds` (32x32 uint8 images) shuffled and crop-and-flip augmented as one endless stream
+    that is the same in every run and from every iterator: each pass's order is a function
+    of (seed, pass), each crop and flip of (seed, position in the stream). So a resumed run
+    that skips the batches it trained on (`trainer._fit`) goes on with the batch the
+    uninterrupted run had. A reshuffling `shuffle` draws each pass's order from a generator
+    that every iterator of the dataset shares (Keras' fit reads a batch from a first one to
+    build the model, and prefetching reads ahead by a varying amount), and stateful random
+    ops in a parallel map draw in thread order: neither replays. Each pass is held in memory
+    once, as one tensor (CIFAR's 45k images: 138 MB)."""
+    import tensorflow as tf
+
+    seed = tf.constant(seed, tf.int64)
+
+    def permuted(images, labels, index):
+        keys = tf.random.stateless_uniform(tf.shape(labels), seed=tf.stack([seed, index]))
+        order = tf.argsort(keys)
+        return tf.gather(images, order), tf.gather(labels, order)
+
+    def one_pass(index):
+        whole = ds.batch(2**31 - 1)  # the pass as one element
+        return whole.map(lambda x, y: permuted(x, y, index)).unbatch()
+
+    stream = tf.data.Dataset.counter().flat_map(one_pass).enumerate()
+    return stream.map(lambda i, xy: (augment_cifar(xy[0], tf.stack([seed, i])), xy[1]),
+                      num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _cifar_sized(name) -> bool:
+    """CIFAR's own images are 32x32 already: nothing to resize."""
+    return isinstance(name, str) and name in DATASETS and DATASETS[name].family == "cifar"
+
+
+def _resized(image, preprocessing, size: int | None):
+    """The served geometry (`preprocessing.resize_for_eval`), back in uint8 to augment."""
+    import tensorflow as tf
+
+    from keras_preact.preprocessing import resize_for_eval
+
+    resized = resize_for_eval(image, preprocessing, size)
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+
+
+def eval_dataset(
+    name,
+    split: str,
+    batch_size: int,
+    data_dir: str | None = None,
+    image_size: int | None = None,
+    *,
+    preprocessing=None,
+):
+    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224;
+    timm's nets their source's), for a network taking `preprocessing` (default: the dataset's
+    family's)."""
+    import tensorflow as tf
+
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING, resize_for_eval
+
+    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
+    ds = _load(name, split, data_dir, shuffle_files=False)
+
+    def prepare(image, label):
+        image = resize_for_eval(image, preprocessing, image_size)
+        return preprocessing.normalize(image), label
+
+    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(batch_size)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
