@@ -17,14 +17,15 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import keras_preact
-from keras_preact import applications, cli, pretrained
+from keras_preact import applications, cli
 from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
 from keras_preact.training import evaluate
 from keras_preact.training.config import TrainConfig, add_arguments
+from keras_preact.weights import records
 
 # Weights trained here; converted ones are tested in tests/weights/test_timm.py.
-RECORDS = [r for r in pretrained.all_records() if isinstance(r, pretrained.WeightsRecord)]
+RECORDS = [r for r in records.all_records() if isinstance(r, records.WeightsRecord)]
 IDS = [f"{r.model}:{r.tag}" for r in RECORDS]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # How close `build(name, weights=TAG)` must come to a record's figures (the cards say ±0.05
@@ -40,7 +41,7 @@ def test_the_paper_nets_are_published():
 
 def test_list_models_pretrained_names_the_published_nets():
     assert keras_preact.list_models(pretrained=True) == sorted(
-        {r.model for r in pretrained.all_records()}, key=keras_preact.list_models().index)
+        {r.model for r in records.all_records()}, key=keras_preact.list_models().index)
     assert keras_preact.list_models("resnet-2*", pretrained=True) == ["resnet-20"]
     with pytest.raises(ValueError, match="Received: pretrained='yes'"):
         keras_preact.list_models(pretrained="yes")
@@ -65,7 +66,7 @@ def test_each_tag_has_a_model_card_with_its_curves(record):
     assert f"**{100 * record.test_accuracy:.2f} %** on the official test split" in card
     assert PAPER_RESULTS[record.compare_with].split()[0] in card  # the paper's figure beside it
     flat = " ".join(card.split())  # the card may wrap a line
-    assert f"scored in {pretrained.SCORED_IN}" in flat
+    assert f"scored in {records.SCORED_IN}" in flat
     assert f"±{100 * REPRODUCED_TO:.2g} points by `tests/test_released.py`" in flat
     assert record.command.replace(" --data-dir DATA_DIR", "") in flat  # how to reproduce it
     assert f"{record.wall_time_h:.1f} h" in flat
@@ -107,8 +108,8 @@ def test_the_card_compares_the_nets_trained_alike_and_the_papers_units(record):
 @pytest.mark.parametrize("record", RECORDS, ids=IDS)
 def test_record_is_complete_and_shipped_file_matches_its_hash(record):
     assert record.url is None  # small files ship in the package
-    path = pretrained.weights_file(record.model, record.tag)
-    assert pretrained.sha256_of(path) == record.sha256
+    path = records.weights_file(record.model, record.tag)
+    assert records.sha256_of(path) == record.sha256
     assert record.command.startswith(f"keras-preact train {record.model} ")
     recipe = _config_of(record.command).recipe()  # what the command trains, defaults and all
     assert (recipe.steps, recipe.seed) == (record.iterations, 0)
@@ -158,7 +159,7 @@ def test_accuracy_reproduces_the_record_and_is_served(record, test_split, cifar1
                 for split in (record.test_split, record.val_split) if split}
     # In the precision the record was scored in, on any CPU (issue 41: a figure scored in the
     # run's mixed_bfloat16 was 0.09 points off what users get)
-    assert model.dtype_policy.name == pretrained.SCORED_IN
+    assert model.dtype_policy.name == records.SCORED_IN
     assert measured[record.test_split] == pytest.approx(record.test_accuracy, abs=REPRODUCED_TO)
     if record.val_split:
         assert measured[record.val_split] == pytest.approx(record.val_accuracy,
@@ -185,7 +186,7 @@ def test_accuracy_reproduces_the_record_and_is_served(record, test_split, cifar1
 @pytest.mark.parametrize("constructor, name", [(applications.PreActResNet20, "preact-20"),
                                                (applications.ResNet20, "resnet-20")])
 def test_constructor_loads_the_published_tag(constructor, name):
-    record = pretrained.released(name)["cifar10"]
+    record = records.released(name)["cifar10"]
     model = constructor(weights="cifar10")
     reference = keras_preact.build(name, weights="cifar10")
     x = preprocess_input(np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)))
