@@ -67,8 +67,8 @@ def test_evaluate_defaults_to_the_labelled_held_out_split(monkeypatch, tiny_mode
 
     asked = []
 
-    def check_split(name, split, data_dir, download=False):
-        asked.append((name, split))
+    def check_split(source, split, data_dir, download=False):
+        asked.append((source.name, split))
         raise FileNotFoundError("stop here")
 
     monkeypatch.setattr(sources, "check_split", check_split)

@@ -13,6 +13,7 @@ from keras_preact import cli
 MODULES = ["keras_preact", "keras_preact.api", "keras_preact.arch.specs", "keras_preact.labels",
            "keras_preact.preprocessing", "keras_preact.applications", "keras_preact.arch.graph",
            "keras_preact.export", "keras_preact.arch.scan", "keras_preact.training.trainer",
+           "keras_preact.training.plan", "keras_preact.data.sources",
            "keras_preact.optim", "keras_preact.files",
            "keras_preact.training.config", "keras_preact.rundir", "keras_preact.training.net",
            "keras_preact.data.catalog",

@@ -7,12 +7,7 @@ import argparse
 import json
 
 from keras_preact.cli import add_model_arguments, import_tensorflow, model_from_args
-from keras_preact.data.sources import (
-    DATASET_HELP,
-    DEFAULT_EVAL_DATASET,
-    dataset_info,
-    eval_source,
-)
+from keras_preact.data.sources import DATASET_HELP, DEFAULT_EVAL_DATASET, eval_source, resolve
 
 
 def add_parser(subparsers) -> None:
@@ -40,12 +35,13 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
     # prepared or its hosts answer is checked by `evaluate` once the model is known to fit.
+    # Resolved once: `evaluate` takes the source (a folder is listed here only).
     dataset, data_dir, split = eval_source(args.model, args.dataset, args.data_dir, args.split)
-    dataset_info(dataset, data_dir)
+    source = resolve(dataset, data_dir)
     import_tensorflow(args.verbose)
     from keras_preact import training
 
-    result = training.evaluate(model_from_args(args), dataset=dataset, split=split,
+    result = training.evaluate(model_from_args(args), dataset=source, split=split,
                                data_dir=data_dir, download=args.download,
                                batch_size=args.batch_size)
     print(f"{result.pop('dataset')} {result.pop('split')}: error {result['error']:.2f} % "

@@ -38,15 +38,16 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig.from_args(args)
     # A misspelt or unsuitable dataset name fails before TensorFlow starts; whether it is
     # prepared or its hosts answer is checked by `train` after the model and flags, so a
-    # wrong model name is named first, offline too.
-    sources.dataset_info(config.dataset, config.data_dir)
+    # wrong model name is named first, offline too. Resolved once: `train` takes the source
+    # (a folder is listed here only).
+    source = sources.resolve(config.dataset, config.data_dir)
     import_tensorflow(args.verbose)
     from keras_preact import training
 
     try:
         model = training.train(args.model, config, output=args.output, download=args.download,
                                verbose=1 if sys.stdout.isatty() else 2,
-                               connect_timeout=args.connect_timeout)
+                               connect_timeout=args.connect_timeout, dataset=source)
     except training.TrainingStopped as e:  # a divergence, a lost worker: what to do next
         print(f"keras-preact train: error: {e}", file=sys.stderr)
         return 1

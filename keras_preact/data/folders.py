@@ -135,7 +135,8 @@ def _not_an_image(path: str, name: str, real_files: set[str]) -> str | None:
     return None
 
 
-# What `_say_skipped` has said in this process: a folder is scanned several times per run.
+# What `_say_skipped` has said in this process, which may scan a folder more than once (a
+# run lists it once, `sources.resolve`; an evaluate after it again).
 _SAID: set[str] = set()
 SKIPPED_NAMED = 5  # entries named in the warning; the rest are counted
 

@@ -8,16 +8,16 @@ the same numbers.
 
 from __future__ import annotations
 
+from keras_preact.data import folders, sources
 from keras_preact.data.augment import augment_cifar, augment_imagenet
-from keras_preact.data.catalog import DATASETS, DatasetInfo
-from keras_preact.data.sources import dataset_info
+from keras_preact.data.catalog import DatasetInfo
 
 
 def train_base(name) -> str:
-    """The split the trainer trains (and carves validation) from: "train" of a TFDS dataset,
-    "all" of an image folder or a tf.data.Dataset."""
-    from keras_preact.data import folders
-
+    """The split the trainer trains (and carves validation) from (`sources.Source.base`):
+    "train" of a TFDS dataset, "all" of an image folder or a tf.data.Dataset."""
+    if isinstance(name, sources.Source):
+        return name.base
     return "all" if not isinstance(name, str) or folders.is_folder(name) else "train"
 
 
@@ -43,23 +43,44 @@ def default_val_examples(info: DatasetInfo, examples: int) -> int:
     return max(1, round(examples * info.val_share)) if info.val_share else 0
 
 
-def _load(name, split: str, data_dir: str | None, shuffle_files: bool,
-          seed: int | None = None):
-    """`(uint8 RGB image, int64 label)` pairs of `split`: of a TFDS dataset (grayscale and
-    RGBA converted), an image folder, or a `tf.data.Dataset` given as `name`."""
+def _source(data, data_dir: str | None):
+    """What the pipelines read: a `sources.Source` or a `tf.data.Dataset` as given, a name
+    resolved (`sources.resolve`)."""
+    import tensorflow as tf
+
+    if isinstance(data, (sources.Source, tf.data.Dataset)):
+        return data
+    return sources.resolve(data, data_dir)
+
+
+def _preprocessing(source, preprocessing):
+    """`preprocessing`, or by default the dataset's family's (a `sources.Source`'s)."""
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING
+
+    if preprocessing is not None:
+        return preprocessing
+    if not isinstance(source, sources.Source):
+        raise ValueError("A tf.data.Dataset has no preprocessing family: pass `preprocessing`.")
+    return FAMILY_PREPROCESSING[source.info.family]
+
+
+def _load(source, split: str, shuffle_files: bool, seed: int | None = None):
+    """`(uint8 RGB image, int64 label)` pairs of `split` of `source` (`_source`): of a TFDS
+    dataset (grayscale and RGBA converted), an image folder (as listed once), or a
+    `tf.data.Dataset`."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from keras_preact.data import folders
-
-    if isinstance(name, tf.data.Dataset):
-        return _slice(name, split).map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
-    if folders.is_folder(name):
-        return folders.load(folders.scan(name), split)
+    if isinstance(source, sources.Source) and source.kind == sources.IN_MEMORY_KIND:
+        source = source.images
+    if isinstance(source, tf.data.Dataset):
+        return _slice(source, split).map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
+    if source.kind == sources.FOLDER:
+        return folders.load(source.folder, split)
     ds = tfds.load(
-        name,
+        source.name,
         split=split,
-        data_dir=data_dir,
+        data_dir=source.data_dir,
         download=False,
         as_supervised=True,
         shuffle_files=shuffle_files,
@@ -100,9 +121,7 @@ def count_examples(ds) -> int:
 
 def _slice(ds, split: str):
     """`split` ("all", "all[:-N]", "all[-N:]") of a finite tf.data.Dataset."""
-    from keras_preact.data.folders import select
-
-    part = select(split)
+    part = folders.select(split)
     start, stop, _ = part.indices(count_examples(ds))
     return ds.skip(start).take(max(0, stop - start))
 
@@ -131,7 +150,9 @@ def train_dataset(
     preprocessing=None,
     deterministic: bool = False,
 ):
-    """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`.
+    """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`
+    of `split` of `name`: a dataset's name (TFDS or a folder, in `data_dir`), a resolved
+    `sources.Source` (read as resolved: a folder is not listed again) or a `tf.data.Dataset`.
 
     `batch_size` is the *global* batch: `model.fit` under a `tf.distribute` strategy splits
     it across replicas (and shards it across workers). `preprocessing` (a
@@ -143,12 +164,11 @@ def train_dataset(
     """
     import tensorflow as tf
 
-    from keras_preact.preprocessing import FAMILY_PREPROCESSING
-
-    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
-    ds = _load(name, split, data_dir, shuffle_files=True, seed=seed)
+    source = _source(name, data_dir)
+    preprocessing = _preprocessing(source, preprocessing)
+    ds = _load(source, split, shuffle_files=True, seed=seed)
     if preprocessing.crop_pct is None:  # whole small images: CIFAR's augmentation
-        if not _cifar_sized(name):
+        if not _cifar_sized(source):
             ds = ds.map(lambda x, y: (_resized(x, preprocessing, image_size), y),
                         num_parallel_calls=tf.data.AUTOTUNE)
         if deterministic:
@@ -198,9 +218,9 @@ def _replayable(ds, seed: int):
                       num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _cifar_sized(name) -> bool:
+def _cifar_sized(source) -> bool:
     """CIFAR's own images are 32x32 already: nothing to resize."""
-    return isinstance(name, str) and name in DATASETS and DATASETS[name].family == "cifar"
+    return isinstance(source, sources.Source) and source.info.family == "cifar"
 
 
 def _resized(image, preprocessing, size: int | None):
@@ -222,15 +242,16 @@ def eval_dataset(
     *,
     preprocessing=None,
 ):
-    """Un-augmented batches with the shared eval geometry (CIFAR 32; ImageNet 256 -> 224;
-    timm's nets their source's), for a network taking `preprocessing` (default: the dataset's
-    family's)."""
+    """Un-augmented batches of `split` of `name` (as `train_dataset` takes it) with the shared
+    eval geometry (CIFAR 32; ImageNet 256 -> 224; timm's nets their source's), for a network
+    taking `preprocessing` (default: the dataset's family's)."""
     import tensorflow as tf
 
-    from keras_preact.preprocessing import FAMILY_PREPROCESSING, resize_for_eval
+    from keras_preact.preprocessing import resize_for_eval
 
-    preprocessing = preprocessing or FAMILY_PREPROCESSING[dataset_info(name, data_dir).family]
-    ds = _load(name, split, data_dir, shuffle_files=False)
+    source = _source(name, data_dir)
+    preprocessing = _preprocessing(source, preprocessing)
+    ds = _load(source, split, shuffle_files=False)
 
     def prepare(image, label):
         image = resize_for_eval(image, preprocessing, image_size)

@@ -8,8 +8,10 @@ import dataclasses
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 
 # TensorFlow is imported where used: `keras-preact train --help` must answer at once.
+from keras_preact.data import folders
 from keras_preact.data.catalog import DATASETS, DatasetInfo
 
 # The share of a folder (as Keras' validation_split examples) or of a TFDS dataset's train
@@ -20,34 +22,90 @@ DATASET_HELP = ("cifar10, cifar100, imagenet2012, any TFDS image-classification 
                 "name (e.g. tf_flowers), or a folder with one subfolder of images per class")
 
 
+# What a `Source` is (`Source.kind`).
+TFDS, FOLDER, IN_MEMORY_KIND = "tfds", "folder", "in-memory"
+# The `dataset` a run on the caller's `tf.data.Dataset` records (`training.train`).
+IN_MEMORY = "tf.data.Dataset"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A dataset resolved once (`resolve`): what it is, its classes and splits, and what was
+    read to learn them (a folder's listing, the caller's images), so that the trainer's
+    checks, its input pipeline and `evaluate` take this object and nothing lists a folder or
+    asks TFDS again."""
+
+    name: str  # as config.json records it: a TFDS name, a folder's path, or IN_MEMORY
+    kind: str  # TFDS, FOLDER or IN_MEMORY_KIND
+    info: DatasetInfo  # family, classes, class names, held-out and validation splits
+    data_dir: str | None = None  # TFDS's
+    folder: folders.ImageFolder | None = None  # a folder's classes and files (FOLDER)
+    images: object = None  # the caller's tf.data.Dataset (IN_MEMORY_KIND)
+
+    @property
+    def base(self) -> str:
+        """The split the trainer trains (and carves validation) from: "train" of a TFDS
+        dataset, "all" of an image folder or a tf.data.Dataset."""
+        return "train" if self.kind == TFDS else "all"
+
+
+def resolve(dataset, data_dir: str | None = None,
+            class_names: Sequence[str] | None = None) -> Source:
+    """`dataset` as a `Source`: a paper dataset (`DATASETS`), an image folder
+    (`folders.is_folder`, listed here, once), any TFDS image-classification dataset, or the
+    caller's `tf.data.Dataset` of (image, label) with its `class_names` (which go only with
+    such images); a `Source` is returned as it is. A one-line ValueError for anything else.
+    A TFDS dataset's splits are known once it is prepared (`prepare`).
+
+    Example:
+    >>> source = resolve("cifar10")
+    >>> source.kind, source.base, source.info.class_names[:2]
+    ('tfds', 'train', ('airplane', 'automobile'))
+    """
+    from keras_preact import labels
+
+    if isinstance(dataset, Source):
+        return dataset
+    if dataset is not None and not isinstance(dataset, str):  # the caller's tf.data.Dataset
+        if class_names is None:
+            raise ValueError("A tf.data.Dataset of (image, label) needs `class_names` (one "
+                             "per label, in label order).")
+        names = labels.check_names(class_names, len(labels.as_list(class_names)))
+        return Source(IN_MEMORY, IN_MEMORY_KIND, DatasetInfo(None, len(names), None, names),
+                      images=dataset)
+    if class_names is not None:
+        raise ValueError(f"`class_names` go with a tf.data.Dataset: {dataset!r} names its own "
+                         "classes.")
+    if not dataset:
+        raise ValueError(f"`dataset` must be a TFDS name or a folder. Received: {dataset!r}")
+    if dataset in DATASETS:
+        info = DATASETS[dataset]
+        info = dataclasses.replace(info, class_names=labels.class_names(info.classes))
+        return Source(dataset, TFDS, info, data_dir)
+    if folders.is_folder(dataset):
+        folder = folders.scan(dataset)
+        info = DatasetInfo(None, len(folder.class_names), "all", folder.class_names,
+                           val_share=FOLDER_VAL_SHARE)
+        return Source(dataset, FOLDER, info, data_dir, folder=folder)
+    return Source(dataset, TFDS, _tfds_info(dataset, data_dir), data_dir)
+
+
 def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
-    """What the trainer needs to know of `--dataset` `name`: a paper dataset (`DATASETS`), an
-    image folder (`folders.is_folder`) or any TFDS image-classification dataset; a one-line
-    ValueError for anything else. A TFDS dataset's splits are known once it is prepared.
+    """What the trainer needs to know of `--dataset` `name` (`resolve`'s `info`): a paper
+    dataset, an image folder or any TFDS image-classification dataset; a one-line ValueError
+    for anything else.
 
     Example:
     >>> dataset_info("cifar10").class_names[:2]
     ('airplane', 'automobile')
     """
-    from keras_preact import labels
-    from keras_preact.data import folders
-
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str):
         raise ValueError(f"`dataset` must be a TFDS name or a folder. Received: {name!r}")
-    if name in DATASETS:
-        info = DATASETS[name]
-        return dataclasses.replace(info, class_names=labels.class_names(info.classes))
-    if folders.is_folder(name):
-        folder = folders.scan(name)
-        return DatasetInfo(None, len(folder.class_names), "all", folder.class_names,
-                           val_share=FOLDER_VAL_SHARE)
-    return _tfds_info(name, data_dir)
+    return resolve(name, data_dir).info
 
 
 # What `evaluate` reads when neither the model's run nor the caller names a dataset.
 DEFAULT_EVAL_DATASET = "cifar10"
-# The `dataset` a run on the caller's `tf.data.Dataset` records (`training.train`).
-IN_MEMORY = "tf.data.Dataset"
 
 
 def eval_source(model: object, dataset: str | None = None, data_dir: str | None = None,
@@ -62,7 +120,6 @@ def eval_source(model: object, dataset: str | None = None, data_dir: str | None 
     (('cifar10', None, None), ('cifar100', None, 'test'))
     """
     from keras_preact import rundir
-    from keras_preact.data import folders
 
     run = rundir.recorded(model) if dataset is None else {}
     if not run.get("dataset"):
@@ -103,11 +160,11 @@ def _tfds_info(name: str, data_dir: str | None) -> DatasetInfo:
                        val_split=val, val_share=0.0 if val else TFDS_VAL_SHARE)
 
 
-def check_source(name: str, data_dir: str | None = None, download: bool = False):
-    """What `check_split` checks first, with no TensorFlow op: `name` is an image folder, or a TFDS
-    image-classification dataset whose data dir exists and which is prepared or, with
-    `download`, whose download hosts answer (one probe each, `PROBE_TIMEOUT_S` at most).
-    Returns the TFDS builder (None for a folder).
+def check_source(dataset: str | Source, data_dir: str | None = None, download: bool = False):
+    """What `check_split` checks first, with no TensorFlow op: `dataset` (a name, or a `Source`
+    with its own data dir) is an image folder, or a TFDS image-classification dataset whose
+    data dir exists and which is prepared or, with `download`, whose download hosts answer
+    (one probe each, `PROBE_TIMEOUT_S` at most). Returns the TFDS builder (None for a folder).
 
     Example:
     >>> check_source("cifar10", "../shared/tensorflow_datasets").is_prepared()  # doctest: +SKIP
@@ -115,11 +172,10 @@ def check_source(name: str, data_dir: str | None = None, download: bool = False)
     """
     import tensorflow_datasets as tfds
 
-    from keras_preact.data import folders
-
-    dataset_info(name, data_dir)
-    if folders.is_folder(name):
+    source = resolve(dataset, data_dir)
+    if source.kind == FOLDER:
         return None
+    name, data_dir = source.name, source.data_dir
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
         raise NotADirectoryError(f"The data dir {data_dir!r} is not a directory.")
     if data_dir is not None and not os.path.isdir(data_dir):
@@ -142,8 +198,10 @@ def check_source(name: str, data_dir: str | None = None, download: bool = False)
         f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!s}.{hint}")
 
 
-def check_split(name: str, split: str, data_dir: str | None, download: bool = False) -> int:
-    """Fails early, with a clear message, unless `split` of `name` is available.
+def check_split(dataset: str | Source, split: str, data_dir: str | None = None,
+                download: bool = False) -> int:
+    """Fails early, with a clear message, unless `split` of `dataset` (a name, or a `Source`
+    with its own data dir) is available.
 
     With `download`, a dataset that is not prepared yet is downloaded and prepared by TFDS as
     usual (CIFAR; ImageNet needs TFDS's manual download). A `data_dir` that does not exist is
@@ -151,17 +209,16 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     images in `split` are decoded once (`folders.check_images`).
     Returns the number of examples in `split` (TFDS slicing syntax, e.g. "train[:45000]").
     """
-    from keras_preact.data import folders
-
-    if folders.is_folder(name):
-        folder = folders.scan(name)
-        examples = folders.count(folder, split)
+    source = resolve(dataset, data_dir)
+    name = source.name
+    if source.kind == FOLDER:
+        examples = folders.count(source.folder, split)
         if examples < 1:
             raise ValueError(f"Split {split!r} of image folder {name!r} holds no images "
-                             f"(it has {len(folder.files)}).")
-        folders.check_images(folder, split)
+                             f"(it has {len(source.folder.files)}).")
+        folders.check_images(source.folder, split)
         return examples
-    builder = check_source(name, data_dir, download)
+    builder = check_source(source, download=download)
     if not _is_prepared(builder):
         _download(builder, name)
     base = split.split("[")[0]
@@ -179,6 +236,17 @@ def check_split(name: str, split: str, data_dir: str | None, download: bool = Fa
     if examples < 1:  # TFDS counts an empty or reversed slice, e.g. train[10:5], as <= 0
         raise ValueError(f"{bad}it holds {examples} examples")
     return examples
+
+
+def prepare(source: Source, download: bool = False) -> tuple[Source, int]:
+    """`source` once its training split (`Source.base`) is there (`check_split`: a TFDS
+    dataset downloaded and prepared with `download`, a folder's images each decoded once),
+    and the examples in that split. A TFDS dataset's splits are known once it is prepared:
+    its info is read again then (the paper datasets' are known before)."""
+    examples = check_split(source, source.base, source.data_dir, download)
+    if source.kind == TFDS and source.name not in DATASETS:
+        source = resolve(source.name, source.data_dir)
+    return source, examples
 
 
 def _is_prepared(builder) -> bool:

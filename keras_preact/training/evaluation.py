@@ -11,10 +11,11 @@ from keras_preact.data import pipeline, sources
 from keras_preact.training.config import check_positive
 
 
-def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: str | None = None,
-             data_dir: str | None = None, batch_size: int = 500, download: bool = True) -> dict:
+def evaluate(model_or_path: ModelOrPath, *, dataset: str | sources.Source | None = None,
+             split: str | None = None, data_dir: str | None = None, batch_size: int = 500,
+             download: bool = True) -> dict:
     """Accuracy, error (percent), mean cross-entropy and example count on a TFDS split or an
-    image folder (`dataset`, as `train` takes it).
+    image folder (`dataset`, as `train` takes it, or resolved: `sources.resolve`).
 
     `dataset` defaults to what a run dir (or its model.keras) trained on, with its data dir,
     and on a folder the images the run held out (`sources.eval_source`); else cifar10.
@@ -33,7 +34,8 @@ def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: s
     import keras
 
     dataset, data_dir, split = sources.eval_source(model_or_path, dataset, data_dir, split)
-    info = sources.dataset_info(dataset, data_dir)
+    source = sources.resolve(dataset, data_dir)  # once: a folder is listed here only
+    dataset, info = source.name, source.info
     check_positive(batch_size=batch_size)
     # A wrong path or a model that does not fit fails before the data is touched (downloaded).
     model = load_for_inference(model_or_path)
@@ -49,14 +51,14 @@ def evaluate(model_or_path: ModelOrPath, *, dataset: str | None = None, split: s
                          "needed).")
     split = info.eval_split if split is None else split  # '' is a bad split, not the default
     if split is None:  # a TFDS dataset's splits are known once it is prepared
-        sources.check_split(dataset, pipeline.train_base(dataset), data_dir, download)
-        split = sources.dataset_info(dataset, data_dir).eval_split
+        source, _ = sources.prepare(source, download)
+        split = source.info.eval_split
     if split is None:
         raise ValueError(f"Dataset {dataset!r} has no test or validation split: pass --split.")
-    examples = sources.check_split(dataset, split, data_dir, download)
+    examples = sources.check_split(source, split, source.data_dir, download)
     size = model.input_shape[1] if family == "imagenet" else None
-    ds = pipeline.eval_dataset(dataset, split, batch_size, data_dir, image_size=size,
-                           preprocessing=preprocessing_of(model))
+    ds = pipeline.eval_dataset(source, split, batch_size, image_size=size,
+                               preprocessing=preprocessing_of(model))
     # A twin on the same layers is compiled, so that the caller's model keeps its own.
     twin = keras.Model(model.inputs, model.outputs)
     twin.compile(loss=keras.losses.SparseCategoricalCrossentropy(

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact.api import build_network
 from keras_preact.arch import scan
 from keras_preact.arch.introspect import outputs_logits
-from keras_preact.arch.specs import resolve
+from keras_preact.arch.network import build_from_spec
+from keras_preact.arch.specs import ResNetSpec, resolve
 from keras_preact.optim import SGDWithL2
 from keras_preact.training.config import FREEZE, MIXED_PRECISION, TrainConfig, check_choice
 from keras_preact.training.resume import resolve_stages
 
 
 def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *,
-                      steps_per_execution: int = 1, **fields):
+                      steps_per_execution: int = 1, spec: ResNetSpec | None = None, **fields):
     """The network `train` fits, compiled as `train` compiles it (call in a strategy scope):
     `config` (a `TrainConfig`, or its fields as keywords) gives the overrides, the form
     (`stages`, `recompute`), the optimizer's settings, `mixed_precision`, `jit_compile`, and
     `seed`, which (when set) fixes the initial weights (`keras.utils.set_random_seed`).
+    `spec` is `model`'s with the overrides when the caller resolved it already (`train`'s
+    plan), so that it is not resolved again.
 
     `SGDWithL2` on `schedule`, sparse cross-entropy, accuracy. `stages="scan"` runs each
     stage's identical units as one loop (`keras_preact.arch.scan`: much faster start-up and
@@ -36,12 +38,13 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
     import keras
 
     config = dataclasses.replace(config or TrainConfig(), **fields)
-    stages = resolve_stages(config.stages, resolve(model, **config.overrides))
+    spec = spec or resolve(model, **config.overrides)
+    stages = resolve_stages(config.stages, spec)
     check_recompute(model, stages, config.recompute)
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    net = build_network(model, stages=stages, dtype=MIXED_PRECISION[config.mixed_precision],
-                        **config.overrides)
+    net = build_from_spec(spec, name=model, stages=stages,
+                          dtype=MIXED_PRECISION[config.mixed_precision])
     # In mixed precision, keeping each BN + ReLU output for the backward pass is faster than
     # recomputing it, in memory that the lower precision saved; in float32 it would cost
     # memory for no measurable speed (benchmarks/README.md, "Precision").
@@ -62,7 +65,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
 def freeze(model, what: str) -> None:
     """Keeps layers of `model` fixed (`TrainConfig.freeze`): "bn", its BatchNormalization
     layers (Keras then runs them in inference mode: their statistics stay too); "backbone",
-    every layer but the classifier; "none", nothing. Plain layer graphs only (`_stages`)."""
+    every layer but the classifier; "none", nothing. Plain layer graphs only (`plan._stages`)."""
     import keras
 
     from keras_preact.arch.graph import CLASSIFIER

@@ -3,7 +3,8 @@ through tf.distribute, into a run directory (`keras_preact.rundir`).
 
 `model.keras` is written only when training finished: the trained network as plain Keras
 layers, which `keras.saving.load_model` loads without keras_preact (`weights.storage.save_plain`).
-Beside it: `net` (the network it fits), `resume` (run lock, resume policy), `evaluation`.
+Beside it: `plan` (the run resolved once, before any work: `train`'s arguments checked),
+`net` (the network it fits), `resume` (run lock, resume policy), `evaluation`.
 """
 
 from __future__ import annotations
@@ -20,30 +21,33 @@ from collections.abc import Sequence
 
 import keras
 
-from keras_preact import host, labels, rundir
-from keras_preact.arch.specs import resolve
-from keras_preact.data import pipeline, sources
-from keras_preact.data.catalog import DatasetInfo
+from keras_preact import host, rundir
+from keras_preact.data import pipeline
 from keras_preact.files import atomic_path
-from keras_preact.optim import paper_schedule
-from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
 from keras_preact.training import callbacks as run_callbacks
 from keras_preact.training import distribute
 from keras_preact.training import start as run_start
-from keras_preact.training.config import TrainConfig, absolute_paths
-from keras_preact.training.net import build_and_compile, check_recompute
-from keras_preact.training.resume import check_sessions, resolve_stages, resume_config, run_lock
+from keras_preact.training.config import TrainConfig
+from keras_preact.training.net import build_and_compile
+from keras_preact.training.plan import TrainPlan, default_warmup_steps, make_plan
+from keras_preact.training.resume import resume_config, run_lock
 from keras_preact.weights import records
 from keras_preact.weights.storage import save_plain
 
-# The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
-# share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
-CIFAR_WARMUP_SHARE = CIFAR_RECIPE.warmup_steps / CIFAR_RECIPE.steps
+__all__ = ["TrainingDiverged", "TrainingStopped", "WorkerLost", "default_warmup_steps",
+           "run", "train"]
 
 
 class TrainingStopped(RuntimeError):
     """Training stopped at `step` for a reason the message gives, with what to do; the last
-    good backup is kept in RUN_DIR/backup for the rerun to resume from."""
+    good backup is kept in RUN_DIR/backup for the rerun to resume from. `keras-preact train`
+    prints it in one line and exits with 1 (a user error exits with 2).
+
+    Example:
+    >>> error = TrainingDiverged("Loss became NaN/inf at step 7; ...", 7)
+    >>> isinstance(error, TrainingStopped), error.step
+    (True, 7)
+    """
 
     def __init__(self, message: str, step: int):
         super().__init__(message)
@@ -85,7 +89,8 @@ def train(
     (default `distribute.CONNECT_TIMEOUT_S`).
     `dataset` may also be an image folder, any TFDS image-classification dataset, or a
     `tf.data.Dataset` of unbatched `(uint8 image [h, w, 1|3|4], int label)` pairs with their
-    `class_names` (one pass; `val_examples` are held out of its end). `weights` starts from
+    `class_names` (one pass; `val_examples` are held out of its end), or any of these
+    resolved (`data.sources.resolve`). `weights` starts from
     trained weights (a published tag, a `.weights.h5` file or a run dir; another class count
     gets a new classifier) with fine-tuning defaults (`config.FINE_TUNE`); `freeze` keeps
     BatchNorm or the whole backbone fixed; `deterministic` gives the same weights every time.
@@ -100,86 +105,24 @@ def train(
     >>> int(m.optimizer.iterations)  # doctest: +SKIP
     20
     """
-    # --- Everything checkable without TensorFlow, before any work. ---
-    images = fields.get("dataset")
-    if isinstance(images, str):
-        images = None
-    elif images is not None:  # the caller's tf.data.Dataset
-        fields["dataset"] = sources.IN_MEMORY
-    config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
-    config = dataclasses.replace(config, **absolute_paths(dataclasses.asdict(config)))
-    info = _dataset_info(config, images, class_names)
-    overrides = config.overrides
-    spec = resolve(model, **overrides)
-    if info.family is not None and spec.family != info.family:
-        raise ValueError(f"Model {model!r} is a {spec.family} network; dataset "
-                         f"{config.dataset!r} needs a {info.family} one. "
-                         f"Received: model={model!r}, dataset={config.dataset!r}")
-    if spec.classes != info.classes and "classes" not in overrides:
-        overrides = {**overrides, "classes": info.classes}
-        spec = resolve(model, **overrides)
-    if spec.classes != info.classes:
-        raise ValueError(f"{config.dataset!r} has {info.classes} classes. "
-                         f"Received: classes={spec.classes}")
-    _check_input_size(spec, spec.family)
-    start = None if config.weights is None else run_start.start_from(model, spec,
-                                                                      config.weights)
-    if os.path.exists(output) and not os.path.isdir(output):
-        raise FileExistsError(f"`output` must be a run directory; {output!r} is a file. "
-                              "Choose another --output.")
-    warmup_steps = config.warmup_steps
-    config = dataclasses.replace(
-        config, overrides=overrides, stages=_stages(config, spec, output),
-        seed=0 if config.deterministic and config.seed is None else config.seed,
-        warmup_steps=default_warmup_steps(config.steps, spec.family) if warmup_steps is None
-        else warmup_steps)
-    check_recompute(model, config.stages, config.recompute)
-    if os.path.exists(os.path.join(output, rundir.MODEL)):
-        raise FileExistsError(f"{output!r} already holds a finished run ({rundir.MODEL}). "
-                              "Choose another --output.")
-    check_sessions(output)
+    # Everything is checked and resolved once, before the run dir is written (`plan`).
+    plan = make_plan(model, config, output=output, download=download,
+                     connect_timeout=connect_timeout, class_names=class_names, **fields)
+    return run(plan, verbose=verbose)
 
-    # MWMS sets up collectives at TensorFlow start-up: create the strategy first.
-    strat = distribute.select_strategy(config.strategy,
-                                       connect_timeout or distribute.CONNECT_TIMEOUT_S)
-    chief = distribute.is_chief(strat)
-    if config.batch_size % strat.num_replicas_in_sync:
-        raise ValueError(f"`batch_size` (global) must be divisible by the "
-                         f"{strat.num_replicas_in_sync} replicas. "
-                         f"Received: batch_size={config.batch_size}")
-    if config.strategy != "tpu" and not distribute.gpu_count():
-        host.warn_slow_cpu_settings(config.mixed_precision)
-    source = images if images is not None else config.dataset
-    base = pipeline.train_base(source)
-    if images is not None:
-        examples = pipeline.count_examples(images)
-    else:
-        examples = sources.check_split(config.dataset, base, config.data_dir, download)
-        info = _dataset_info(config, images, class_names)  # a TFDS dataset's splits, prepared
-    if config.val_examples is None:
-        config = dataclasses.replace(config, val_examples=pipeline.default_val_examples(
-            info, examples))
-    if not config.val_examples + config.batch_size <= examples:
-        raise ValueError(f"{config.dataset!r} has {examples} training examples: `val_examples` "
-                         f"+ `batch_size` must not exceed that. Received: "
-                         f"val_examples={config.val_examples}, batch_size={config.batch_size}")
-    train_split, val_split = pipeline.train_val_splits(config.val_examples, base)
-    if not config.val_examples and info.val_split:  # the dataset's own validation split
-        val_split = info.val_split
-    # Without validation, each epoch end is scored on the dataset's held-out split (if any).
-    held_out = val_split or (info.eval_split if base == "train" else None)
-    if held_out and images is None:
-        sources.check_split(config.dataset, held_out, config.data_dir)
-    config = dataclasses.replace(config, steps_per_epoch=config.steps_per_epoch or max(1, (
-        examples - config.val_examples) // config.batch_size))
-    saved = {"model": model, **dataclasses.asdict(config), "family": spec.family,
-             "classes": info.classes, "class_names": list(info.class_names),
-             "train_split": train_split, "val_split": val_split,
-             "replicas": strat.num_replicas_in_sync, "versions": _versions()}
+
+def run(plan: TrainPlan, *, verbose: int = 1) -> keras.Model:
+    """Runs `plan` (`make_plan`) into its run dir, as `train` documents; returns the model."""
+    config, source, output = plan.config, plan.source, plan.output
+    chief = distribute.is_chief(plan.strategy)
+    saved = {"model": plan.model, **dataclasses.asdict(config), "family": plan.spec.family,
+             "classes": source.info.classes, "class_names": list(source.info.class_names),
+             "train_split": plan.train_split, "val_split": plan.val_split,
+             "replicas": plan.strategy.num_replicas_in_sync, "versions": _versions()}
     if verbose:
-        print(f"keras-preact: {config.dataset}: {info.classes} classes, training on "
-              f"{train_split} ({examples - config.val_examples} images), validating on "
-              f"{val_split or held_out or 'nothing'}", flush=True)
+        print(f"keras-preact: {config.dataset}: {source.info.classes} classes, training on "
+              f"{plan.train_split} ({plan.examples - config.val_examples} images), validating "
+              f"on {plan.val_split or plan.held_out or 'nothing'}", flush=True)
     # Non-chief workers write everything into a private temp dir (removed at the end); the
     # chief holds the run dir's lock while it trains (workers of one run share the dir).
     run_dir = output if chief else tempfile.mkdtemp(prefix="keras_preact_worker_")
@@ -187,8 +130,7 @@ def train(
         saved = resume_config(output, saved)
         rundir.write_config(run_dir, saved)
         try:
-            return _fit(spec, model, config, strat, run_dir, output, chief, source,
-                        train_split, val_split, held_out, start, verbose)
+            return _fit(plan, run_dir=run_dir, chief=chief, verbose=verbose)
         except TrainingDiverged as error:
             rundir.write_config(run_dir, {**saved, "diverged_at_step": error.step})
             raise
@@ -197,40 +139,30 @@ def train(
                 shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def default_warmup_steps(steps: int, family: str) -> int:
-    """The paper's warm-up share of a CIFAR run (400 of 64,000 iterations); none on ImageNet.
-
-    Example:
-    >>> default_warmup_steps(64000, "cifar"), default_warmup_steps(100, "cifar")
-    (400, 1)
-    """
-    return round(steps * CIFAR_WARMUP_SHARE) if family == "cifar" else 0
-
-
-def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_split,
-         val_split, held_out, start, verbose):
+def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.Model:
+    """Fits `plan` with `model.fit` under its strategy, logging into `run_dir`, backing up
+    into the run dir's backup (the chief's, which every worker resumes from)."""
     import tensorflow as tf
 
+    config, spec, start, strat = plan.config, plan.spec, plan.start, plan.strategy
     if config.deterministic:  # process-wide: TensorFlow has no public way back
         tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
     preprocessing = records.preprocessing_for(spec)
-    train_ds = pipeline.train_dataset(source, train_split, config.batch_size, config.data_dir,
-                                  image_size=size, seed=config.seed, preprocessing=preprocessing,
-                                  deterministic=config.deterministic)
+    train_ds = pipeline.train_dataset(plan.source, plan.train_split, config.batch_size,
+                                      image_size=size, seed=config.seed,
+                                      preprocessing=preprocessing,
+                                      deterministic=config.deterministic)
     # Without a slice of train held out, each epoch end is scored on the dataset's own
     # held-out split, for test-error curves like the paper's; no decision is made from them.
-    val_ds = None if not held_out else pipeline.eval_dataset(
-        source, held_out, config.batch_size, config.data_dir, image_size=size,
+    val_ds = None if not plan.held_out else pipeline.eval_dataset(
+        plan.source, plan.held_out, config.batch_size, image_size=size,
         preprocessing=preprocessing)
-    schedule = paper_schedule(
-        steps, config.lr, config.warmup_steps, config.warmup_lr,
-        boundaries=CIFAR_RECIPE.lr_drops if spec.family == "cifar" else IMAGENET_LR_DROPS,
-    )
+    schedule = plan.schedule()
     with strat.scope():
-        net = build_and_compile(model_name, schedule, config)
+        net = build_and_compile(plan.model, schedule, config, spec=spec)
         if start is not None:
             loaded, initialized = run_start.load_start(net, start)
             if verbose:
@@ -241,7 +173,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
                       flush=True)
 
     # Every worker resumes from the chief's backup; fit continues the epoch it was in.
-    backup_dir = os.path.join(output, rundir.BACKUP)
+    backup_dir = os.path.join(plan.output, rundir.BACKUP)
     with strat.scope():
         resumed = run_callbacks.restore_backup(net, backup_dir)
     epochs = math.ceil(steps / spe)
@@ -263,7 +195,7 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
     callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
-    if val_ds is not None and not val_split:  # first, so every later callback reads test_* for test
+    if val_ds is not None and not plan.val_split:  # first: later callbacks read test_* for test
         callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
     sessions = run_callbacks.SessionLog(run_dir, _machine(strat))
     if chief:
@@ -304,52 +236,12 @@ def _fit(spec, model_name, config, strat, run_dir, output, chief, source, train_
     return net
 
 
-def _stages(config: TrainConfig, spec, output: str) -> str:
-    """The form to train in (`resolve_stages`); frozen layers need the plain layer graph (a
-    scanned stage is one layer)."""
-    if config.freeze != "none" and config.stages == "scan":
-        raise ValueError(f"`freeze` needs the plain layer graph: use stages 'auto' or "
-                         f"'layers'. Received: freeze={config.freeze!r}, stages='scan'")
-    stages = "layers" if config.freeze != "none" and config.stages == "auto" else config.stages
-    return resolve_stages(stages, spec, output)
-
-
-def _dataset_info(config: TrainConfig, images, class_names) -> DatasetInfo:
-    """`config.dataset`'s `DatasetInfo`, or one for the caller's tf.data.Dataset
-    `images` with `class_names`, which go only with such images."""
-    if images is None:
-        if class_names is not None:
-            raise ValueError(f"`class_names` go with a tf.data.Dataset: {config.dataset!r} "
-                             "names its own classes.")
-        return sources.dataset_info(config.dataset, config.data_dir)
-    if class_names is None:
-        raise ValueError("A tf.data.Dataset of (image, label) needs `class_names` (one per "
-                         "label, in label order).")
-    names = labels.check_names(class_names, len(labels.as_list(class_names)))
-    return DatasetInfo(None, len(names), None, names)
-
-
 def _machine(strat) -> str:
     """The host line of a session record, with the strategy's replicas and workers."""
     gpus = distribute.gpu_count()
     workers = distribute.cluster_workers()
     return (f"{host.describe()}{f', {gpus} GPU' if gpus else ''}; {type(strat).__name__}, "
             f"replicas: {strat.num_replicas_in_sync}{f', workers: {workers}' if workers else ''}")
-
-
-def _check_input_size(spec, family: str) -> None:
-    """The trainer feeds CIFAR's 32x32 images as they are and crops ImageNet to a square;
-    both are RGB."""
-    height, width, channels = spec.input_shape
-    if channels != 3:
-        raise ValueError(f"The datasets' images are RGB: input_shape needs 3 channels. "
-                         f"Received: input_shape={spec.input_shape}")
-    if family == "cifar" and (height, width) not in ((32, 32), (None, None)):
-        raise ValueError(f"CIFAR images are 32x32: train with input_shape (32, 32, 3). "
-                         f"Received: input_shape={spec.input_shape}")
-    if family == "imagenet" and (height is None or height != width):
-        raise ValueError(f"ImageNet training crops squares: input_shape must be (side, side, "
-                         f"3). Received: input_shape={spec.input_shape}")
 
 
 def _versions() -> dict:

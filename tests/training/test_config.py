@@ -132,7 +132,7 @@ def test_train_takes_a_config_or_its_fields_and_config_json_round_trips(
     """Stops where fitting would start: what `train` resolved and wrote to config.json."""
     from keras_preact.training import trainer
 
-    monkeypatch.setattr(trainer, "_fit", lambda spec, model, config, *rest: config)
+    monkeypatch.setattr(trainer, "_fit", lambda plan, **where: plan.config)
     fields = dict(steps=90, batch_size=64, val_examples=500, lr=0.05, overrides={"depth": 8},
                   data_dir=cifar10_data_dir)
     by_config = trainer.train("preact-20", TrainConfig(**fields), output=str(tmp_path / "a"))
@@ -266,7 +266,7 @@ def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, monkeypatch)
             PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
                 tmp_path / "images" / name / f"{i}.png")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(trainer, "_fit", lambda spec, model, config, *rest: config)
+    monkeypatch.setattr(trainer, "_fit", lambda plan, **where: plan.config)
     fields = dict(steps=2, batch_size=2, val_examples=1, overrides={"depth": 8})
     config = trainer.train("preact-20", output="run", dataset="images/", **fields)
     assert config.dataset == rundir.read_config("run")["dataset"] == str(tmp_path / "images")

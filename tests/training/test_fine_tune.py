@@ -446,3 +446,44 @@ def test_the_fine_tuning_defaults_fit_a_folder_of_120_images(tmp_path, cifar10_d
     assert (config["batch_size"], config["val_split"], config["steps_per_epoch"]) == (
         32, "all[-24:]", 3)
     assert "training on all[:-24] (96 images)" in capsys.readouterr().out
+
+
+def test_a_folder_fine_tune_lists_its_folder_and_checks_its_images_once(tmp_path, monkeypatch,
+                                                                         capsys):
+    """Traced on 36 images, `train preact-20 --weights cifar10 --dataset FOLDER` listed the
+    folder 7 times, decoded every image twice to check it and resolved the spec 9 times
+    (#40): the run resolves its names once (`training.plan`) and passes the objects on."""
+    from keras_preact.arch import specs
+    from keras_preact.data import folders as image_folders
+    from keras_preact.training import plan
+
+    root = tmp_path / "images"
+    for name in ("cat", "dog"):
+        os.makedirs(root / name)
+        for i in range(18):
+            PIL.Image.fromarray(np.full((32, 32, 3), 7 * i, "uint8")).save(root / name / f"{i}.png")
+    listed, checked, resolved = [], [], []
+    listdir, check_images, resolve = os.listdir, image_folders.check_images, specs.resolve
+
+    def counting_listdir(path="."):
+        if os.path.realpath(path) == os.path.realpath(root):
+            listed.append(path)
+        return listdir(path)
+
+    def counting_check_images(folder, split="all"):
+        checked.append(split)
+        return check_images(folder, split)
+
+    def counting_resolve(name, **overrides):
+        resolved.append(name)
+        return resolve(name, **overrides)
+
+    monkeypatch.setattr(os, "listdir", counting_listdir)
+    monkeypatch.setattr(image_folders, "check_images", counting_check_images)
+    monkeypatch.setattr(plan, "resolve", counting_resolve)  # the trained net's spec
+    run = str(tmp_path / "run")
+    assert cli.main(["train", "preact-20", "--weights", "cifar10", "--dataset", str(root),
+                     "--output", run, "--steps", "2", "--batch-size", "8"]) == 0
+    assert "training on all[:-7] (29 images)" in capsys.readouterr().out
+    assert (len(listed), checked, resolved) == (1, ["all"], ["preact-20"])
+    assert rundir.read_config(run)["val_split"] == "all[-7:]"
