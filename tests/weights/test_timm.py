@@ -277,7 +277,7 @@ def test_offline_the_error_names_the_url_and_where_to_put_the_file(tag18, tmp_pa
 def test_the_records_fit_the_converter_and_the_source():
     converted = [r for r in records.all_records() if isinstance(r, records.ConvertedRecord)]
     assert sorted(r.arch for r in converted) == sorted(timm_weights.ARCHS)
-    for r in records:
+    for r in converted:
         assert timm_weights.model_name(r.arch) == r.model and r.tag == "imagenet"
         assert r.url.startswith(f"https://huggingface.co/timm/{r.arch}.")
         assert r.url.endswith("/resolve/main/model.safetensors")
