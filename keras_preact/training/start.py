@@ -15,7 +15,7 @@ from keras_preact.arch.network import ResNet, spec_of
 from keras_preact.arch.specs import ResNetSpec, resolve
 from keras_preact.data.catalog import DATASETS
 from keras_preact.weights import storage
-from keras_preact.weights.records import HEAD_FIELDS, differences, released, weights_path
+from keras_preact.weights.records import FREE_FIELDS, differences, released, weights_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ def start_from(model_name: str, spec: ResNetSpec, weights: str) -> Start:
             raise FileNotFoundError(f"--weights {weights!r} is not a finished run: it has no "
                                     f"{rundir.MODEL}.")
         trained = resolve(config.get("model"), **config.get("overrides", {}))
-        differ = differences(spec, trained, HEAD_FIELDS + ("classes",))
+        differ = differences(spec, trained, FREE_FIELDS + ("classes",))
         if differ:
             raise ValueError(f"The weights of run {weights!r} are for another network: "
                              + ", ".join(f"{n}={getattr(trained, n)!r}" for n in differ)
