@@ -17,11 +17,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import keras_preact
-from keras_preact import applications, cli, pretrained
+from keras_preact import applications, cli
 from keras_preact.paper import PAPER_RESULTS
 from keras_preact.preprocessing import preprocess_input
 from keras_preact.training import evaluate
 from keras_preact.training.config import TrainConfig, add_arguments
+from keras_preact.weights import records as pretrained
 
 # Weights trained here; converted ones are tested in tests/weights/test_timm.py.
 RECORDS = [r for r in pretrained.all_records() if isinstance(r, pretrained.WeightsRecord)]

@@ -76,6 +76,8 @@ def test_a_classifier_of_another_class_count_keeps_its_weights(tmp_path):
 def test_a_load_opens_the_keras_archive_once(kind, tmp_path, monkeypatch):
     path = str(tmp_path / "m.keras")
     model = keras_preact.build("preact-20", depth=14)  # 2 units a stage: a scanned form
+    for variable in model.weights:  # weights no fresh network has
+        variable.assign(np.random.default_rng(1).normal(size=variable.shape) * 0.1 + 1)
     if kind == "plain":
         storage.save_plain(model, path)
     else:
@@ -90,3 +92,6 @@ def test_a_load_opens_the_keras_archive_once(kind, tmp_path, monkeypatch):
     monkeypatch.setattr(zipfile.ZipFile, "__init__", counted)
     loaded = api.load_for_inference(path)
     assert scan.is_scanned(loaded) and opened == [path], opened
+    x = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x, training=False)),
+                               keras.ops.convert_to_numpy(model(x, training=False)), atol=1e-5)
