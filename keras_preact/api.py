@@ -19,10 +19,17 @@ from keras_preact import rundir
 from keras_preact.arch import registry as _registry  # noqa: F401  (registers every name)
 from keras_preact.arch.graph import allow_deep_graph, layer_bound, stage_outputs
 from keras_preact.arch.network import ResNet, build_from_spec, network_of, spec_in
-from keras_preact.arch.specs import get_spec, registered, resolve
+from keras_preact.arch.specs import ResNetSpec, get_spec, registered, resolve
 from keras_preact.preprocessing import Preprocessing
 from keras_preact.weights.records import preprocessing_for, weights_path
-from keras_preact.weights.storage import RESNET, load, load_weights
+from keras_preact.weights.storage import (
+    KERAS_WEIGHTS_FILE,
+    RESNET,
+    SPEC_ENTRY,
+    KerasFile,
+    load,
+    load_weights,
+)
 
 # The most layers `load_model` builds by default: the bound of the largest registered network
 # (resnet-1202). A file asking for more is refused before Keras reads it, since a deep graph
@@ -152,8 +159,8 @@ def load_model(path: str, compile: bool = True, max_layers: int = MAX_LAYERS) ->
     >>> load_model(path).name
     'preact-20'
     """
-    path, config = _read_config(path, max_layers)
-    return load(path, config, compile=compile)
+    archive = _read(path, max_layers)
+    return load(archive, _recipe(archive), compile=compile)
 
 
 def load_for_inference(model_or_path: ModelOrPath, max_layers: int = MAX_LAYERS) -> keras.Model:
@@ -175,15 +182,15 @@ def load_for_inference(model_or_path: ModelOrPath, max_layers: int = MAX_LAYERS)
         raise ValueError(
             f"Expected a keras.Model, a .keras file or a run dir. Received: {model_or_path!r}"
         )
-    path, config = _read_config(os.fspath(model_or_path), max_layers)
-    return load(path, config, fast=True, compile=False)
+    archive = _read(os.fspath(model_or_path), max_layers)
+    return load(archive, _recipe(archive), fast=True, compile=False)
 
 
-def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
-    """`(path of the .keras file, its config.json)` for a file or run dir, once checked to
-    ask for at most `max_layers` layers (`load_model`), with room for Keras to build them."""
-    if os.path.isdir(path):
-        path = os.path.join(path, rundir.MODEL)
+def _read(path: str, max_layers: int) -> KerasFile:
+    """The `.keras` file of a file or run dir, read in one pass (its config.json, once
+    checked to ask for at most `max_layers` layers (`load_model`), then keras_preact's entry
+    and the weights), with room for Keras to build its layers."""
+    path = rundir.model_file(path)
     try:
         with zipfile.ZipFile(path) as archive:
             size = archive.getinfo("config.json").file_size
@@ -194,6 +201,15 @@ def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
                     "a larger max_layers for a trusted file)."
                 )
             config = json.loads(archive.read("config.json"))
+            layers = _count_layers(config, path)
+            if layers > max_layers:
+                raise ValueError(
+                    f"{path!r} asks for a graph of {layers} layers; load_model builds at most "
+                    f"max_layers={max_layers} (pass a larger max_layers for a trusted file)."
+                )
+            names = set(archive.namelist())
+            entry = archive.read(SPEC_ENTRY) if SPEC_ENTRY in names else None
+            weights = archive.read(KERAS_WEIGHTS_FILE) if KERAS_WEIGHTS_FILE in names else None
     except (FileNotFoundError, IsADirectoryError):
         raise FileNotFoundError(
             f"No .keras file at {path!r}: expected a .keras file or the run dir of a "
@@ -206,14 +222,21 @@ def _read_config(path: str, max_layers: int) -> tuple[str, dict]:
         raise ValueError(
             f"{path!r} is not a .keras model file ({type(e).__name__}: {e}){cut}."
         ) from None
-    layers = _count_layers(config, path)
-    if layers > max_layers:
-        raise ValueError(
-            f"{path!r} asks for a graph of {layers} layers; load_model builds at most "
-            f"max_layers={max_layers} (pass a larger max_layers for a trusted file)."
-        )
     allow_deep_graph(layers)
-    return path, config
+    return KerasFile(path, config, entry, weights)
+
+
+def _recipe(archive: KerasFile) -> ResNetSpec | None:
+    """The network a plain `model.keras` written before `SPEC_ENTRY` holds, as its run dir's
+    config.json names it (`rundir.recipe`); None for any other file, or a recipe that names
+    no network."""
+    if archive.spec_entry is not None or archive.config.get("registered_name") == RESNET:
+        return None  # the file names its network itself
+    run = rundir.recipe(archive.path)
+    try:
+        return None if run is None else resolve(run[0], **run[1])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _count_layers(config, path: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_preact.arch.specs import get_spec, resolve
+from keras_preact.arch.specs import HEAD_FIELDS, get_spec, resolve
 
 PAPER_RESULTS = {
     # Original unit (Fig. 4a).
@@ -72,15 +72,11 @@ CIFAR_RECIPE = Recipe(batch_size=128, steps=64000, lr=0.1, lr_drops=(0.5, 0.75),
 # fb.resnet.torch's ImageNet schedule: /10 at epochs 30 and 60 of 90.
 IMAGENET_LR_DROPS = (1 / 3, 2 / 3)
 
-# Overrides that leave the paper's figure valid: they change what the head outputs (pooled
-# features, logits) or where the input is normalized, not the network that was trained.
-SAME_NETWORK = ("include_top", "pooling", "classifier_activation", "include_preprocessing")
-
 
 def paper_result(name: str, **overrides) -> str:
     """The paper's test error for registered network `name`, "" if it reports none.
 
-    With `build` overrides, "" unless they only change `SAME_NETWORK` fields or repeat the
+    With `build` overrides, "" unless they only change `specs.HEAD_FIELDS` or repeat the
     registered values: anything else is a network the paper did not train.
 
     Example:
@@ -90,7 +86,7 @@ def paper_result(name: str, **overrides) -> str:
     ('5.46; CIFAR-100 24.33 (Table 3)', '')
     """
     registered = get_spec(name)
-    kept = {field: getattr(registered, field) for field in SAME_NETWORK}
+    kept = {field: getattr(registered, field) for field in HEAD_FIELDS}
     if overrides and dataclasses.replace(resolve(name, **overrides), **kept) != registered:
         return ""
     return PAPER_RESULTS.get(name, "")

@@ -64,6 +64,30 @@ def read_config(run_dir: str | os.PathLike) -> dict:
     return config
 
 
+def model_file(path: str) -> str:
+    """The `.keras` file `path` stands for: a run dir's `MODEL`, else `path` itself."""
+    return os.path.join(path, MODEL) if os.path.isdir(path) else path
+
+
+def recipe(path: str) -> tuple[str, dict] | None:
+    """`(model name, overrides)` of the network the run trained whose `MODEL` is `path`: what
+    a plain `model.keras` written before it named its network inside holds; None for a file
+    that is no run's model or a run config without them.
+
+    Example:
+    >>> import tempfile
+    >>> run_dir = tempfile.mkdtemp()
+    >>> write_config(run_dir, {"model": "preact-20", "overrides": {"depth": 8}})
+    >>> recipe(os.path.join(run_dir, MODEL)), recipe(os.path.join(run_dir, "other.keras"))
+    (('preact-20', {'depth': 8}), None)
+    """
+    if os.path.basename(path) != MODEL:
+        return None
+    run = recorded(os.path.dirname(os.path.abspath(path)))
+    name, overrides = run.get("model"), run.get("overrides", {})
+    return (name, overrides) if isinstance(name, str) and isinstance(overrides, dict) else None
+
+
 def recorded(source: object) -> dict:
     """The `CONFIG` of the run that made `source` (its run dir, or a file in it such as its
     model.keras); {} for anything else (a model, a file elsewhere, an unreadable config).

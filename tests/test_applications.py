@@ -168,6 +168,10 @@ def test_family_detection():
     assert network.family_of(keras_preact.build("preact-20", depth=8)) == "cifar"
     small_imagenet = keras_preact.build("preact-18-imagenet", units=(1, 1, 1, 1))
     assert network.family_of(small_imagenet) == "imagenet"
+    other = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten()], name="other")
+    with pytest.raises(ValueError, match=r"^Cannot tell which preprocessing model 'other' "
+                                         r"takes: .* Received: Sequential$"):
+        network.family_of(other)  # never a CIFAR guess
 
 
 def test_list_command(capsys):

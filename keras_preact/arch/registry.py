@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from keras_preact.arch.specs import ResNetSpec, register, units_for_depth
 
+# The depths of timm's ResNetV2 with BatchNorm (`resnetv2_18` ... `resnetv2_101`), each
+# registered as `preact-{depth}-imagenet-timm` (`keras_preact.weights.timm.ARCHS`).
+TIMM_DEPTHS = (18, 34, 50, 101)
+
 
 def _cifar(name: str, block: str, depth: int, unit: str, **kw) -> None:
     register(name, ResNetSpec("cifar", block, units_for_depth("cifar", block, depth), unit=unit,
@@ -61,6 +65,6 @@ for _prefix, _unit in [("resnet", "original"), ("preact", "full-preact")]:
 # --- timm's ResNetV2 with BatchNorm (`resnetv2_18/34/50/101`): pre-activation nets whose stem
 # is conv - max-pool (the first unit pre-activates the pooled output) and whose convs pad as
 # PyTorch does, the network of timm's ImageNet checkpoints (`keras_preact.weights.timm`).
-for _depth in (18, 34, 50, 101):
+for _depth in TIMM_DEPTHS:
     _imagenet(f"preact-{_depth}-imagenet-timm", "basic" if _depth < 50 else "bottleneck", _depth,
               "full-preact", stem="conv-pool", padding="symmetric")

@@ -112,7 +112,7 @@ def copy_weights(source: keras.Model, target: keras.Model) -> None:
     for layer in scanned_layers(scanned):  # a unit: bn1 relu1 conv1 ... convK add
         kinds = [f"{op}{k}" for k in range(1, len(layer.convs) + 1)
                  for op in ("bn", "relu", "conv")]
-        expected.update(f"{prefix}_{kind}" for prefix in _unit_prefixes(layer)
+        expected.update(f"{prefix}_{kind}" for prefix in unit_prefixes(layer)
                         for kind in kinds + ["add"])
     if names(plain) != expected:
         diff = sorted(names(plain) ^ expected)[:5]
@@ -143,7 +143,7 @@ def copy_weights(source: keras.Model, target: keras.Model) -> None:
             plain.get_layer(name).set_weights(values)
 
 
-def _unit_prefixes(layer: ScannedUnits) -> list[str]:
+def unit_prefixes(layer: ScannedUnits) -> list[str]:
     """The plain graph's prefixes of `layer`'s units: units 2..n of its stage."""
     return [unit_prefix(stage_of(layer.name), u) for u in range(2, layer.units + 2)]
 
@@ -152,7 +152,7 @@ def _unit_weights(layer: ScannedUnits):
     """`(plain layer names, stacked weights)` for each BN and conv of `layer`'s units: slice
     `u` of each stacked weight is a weight of the `u`-th named layer, in `get_weights` order
     (BN: gamma, beta, moving mean, moving variance; conv: kernel)."""
-    prefixes = _unit_prefixes(layer)
+    prefixes = unit_prefixes(layer)
     for k, (bn, kernel) in enumerate(zip(layer.bn_weights, layer.kernels), start=1):
         yield [f"{p}_bn{k}" for p in prefixes], bn
         yield [f"{p}_conv{k}" for p in prefixes], [kernel]
@@ -179,15 +179,16 @@ def set_plain_weights(scanned: keras.Model, weights) -> None:
     for layer in scanned.layers:
         if isinstance(layer, ScannedUnits):
             for names, stacked in _unit_weights(layer):
-                per_unit = [_weights_of(weights, name, [v.shape[1:] for v in stacked])
+                per_unit = [checked_weights(weights, name, [v.shape[1:] for v in stacked])
                             for name in names]
                 for k, v in enumerate(stacked):
                     v.assign(np.stack([values[k] for values in per_unit]))
         elif not isinstance(layer, keras.layers.InputLayer):
-            layer.set_weights(_weights_of(weights, layer.name, [v.shape for v in layer.weights]))
+            layer.set_weights(checked_weights(weights, layer.name,
+                                              [v.shape for v in layer.weights]))
 
 
-def _weights_of(weights, name: str, shapes: list) -> list[np.ndarray]:
+def checked_weights(weights, name: str, shapes: list) -> list[np.ndarray]:
     """`weights[name]` as arrays, once checked to have `shapes`."""
     received = [tuple(v.shape) for v in weights[name]]
     if received != [tuple(shape) for shape in shapes]:

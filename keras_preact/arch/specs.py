@@ -15,6 +15,8 @@ import math
 import numbers
 from typing import NamedTuple
 
+from keras_preact.preprocessing import RGB
+
 # Fig. 4 (a)-(e): where BN and ReLU sit in a residual unit.
 UNITS = ("original", "bn-after-add", "relu-before-add", "relu-only-preact", "full-preact")
 # Fig. 2 / Table 1: what the shortcut does on units that keep their dimensions.
@@ -46,6 +48,10 @@ POOLINGS = (None, "avg", "max")
 # The forms a network is built in (`build(stages=...)`): the plain layer graph, or each
 # stage's identical units as one loop (`keras_preact.arch.scanned_units`).
 STAGES = ("layers", "scan")
+# The fields that change what a network's head outputs (pooled features, logits) or where its
+# input is normalized, not the network that was trained: published weights and the paper's
+# figures hold whatever they are (`weights.records`, `paper`; each adds its own extras).
+HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "include_preprocessing")
 
 # Fig. 4: the ops before the first conv (`pre`), between convs (`mid`), at the end of the
 # residual branch (`end`) and after the addition (`post`).
@@ -136,7 +142,7 @@ class ResNetSpec:
             if not isinstance(getattr(self, switch), bool):
                 raise ValueError(f"`{switch}` must be True or False. "
                                  f"Received: {switch}={getattr(self, switch)!r}")
-        if self.include_preprocessing and self.input_shape[2] != 3:
+        if self.include_preprocessing and self.input_shape[2] != RGB:
             raise ValueError(
                 "`include_preprocessing` normalizes RGB images with per-channel statistics: "
                 "`input_shape` must have 3 channels (normalize other images yourself, e.g. "

@@ -9,16 +9,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import h5py
-
 from keras_preact import rundir
 from keras_preact.arch.graph import CLASSIFIER
-from keras_preact.arch.network import ResNet, build_from_spec, spec_of
-from keras_preact.arch.scanned_units import scannable
+from keras_preact.arch.network import ResNet, spec_of
 from keras_preact.arch.specs import ResNetSpec, resolve
 from keras_preact.data.catalog import DATASETS
-from keras_preact.weights.records import HEAD_FIELDS, differences, released, weights_path
-from keras_preact.weights.storage import load_weights, unreadable
+from keras_preact.weights import storage
+from keras_preact.weights.records import FREE_FIELDS, differences, released, weights_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,67 +39,49 @@ def start_from(model_name: str, spec: ResNetSpec, weights: str) -> Start:
             raise FileNotFoundError(f"--weights {weights!r} is not a finished run: it has no "
                                     f"{rundir.MODEL}.")
         trained = resolve(config.get("model"), **config.get("overrides", {}))
-        differ = differences(spec, trained, HEAD_FIELDS + ("classes",))
+        differ = differences(spec, trained, FREE_FIELDS + ("classes",))
         if differ:
             raise ValueError(f"The weights of run {weights!r} are for another network: "
                              + ", ".join(f"{n}={getattr(trained, n)!r}" for n in differ)
                              + ". Received: "
                              + ", ".join(f"{n}={getattr(spec, n)!r}" for n in differ))
-        return _loadable(spec, Start(weights, path, trained.classes))
+        return _checked(model_name, spec, weights, path, trained.classes)
     if str(weights).endswith(".weights.h5"):
-        path = weights_path(model_name, weights, spec)
-        classes = _classifier_classes(path)
-        if classes is None:
-            raise ValueError(f"{path!r} holds no classifier kernel keras_preact can read (saved "
-                             "with include_top=False, or not a keras_preact network's): train "
-                             "starts from a whole classifier's weights, a published tag or a "
-                             "run dir.")
-        return _loadable(spec, Start(weights, path, classes))
+        return _checked(model_name, spec, weights, weights_path(model_name, weights, spec))
     record = released(model_name).get(weights)
     classes = DATASETS[record.dataset].classes if record else spec.classes
     path = weights_path(model_name, weights, dataclasses.replace(spec, classes=classes))
     return Start(weights, path, classes)
 
 
-def _classifier_classes(path: str) -> int | None:
-    """The class count of the classifier in `.weights.h5` file `path` (Keras names its group
-    "dense...", its kernel [features, classes] is var 0; a bias need not be there), or None."""
-    try:
-        with h5py.File(path, "r") as f:
-            layers = f.get("layers")
-            heads = sorted(k for k in layers if k.startswith("dense")) if isinstance(
-                layers, h5py.Group) else []
-            kernel = f.get(f"layers/{heads[-1]}/vars/0") if heads else None
-            shape = kernel.shape if isinstance(kernel, h5py.Dataset) else ()
-    except OSError as error:
-        raise OSError(unreadable(path, error)) from None
-    return int(shape[-1]) if len(shape) == 2 else None
-
-
-def _loadable(spec: ResNetSpec, start: Start) -> Start:
-    """`start`, once its file is checked to load into the network `spec` describes (a file
-    of another network fails here, before a run dir is written)."""
-    trained = dataclasses.replace(spec, classes=start.classes)
-    load_weights(build_from_spec(trained, stages="scan" if scannable(trained) else "layers"),
-                 start.path)
-    return start
+def _checked(model_name: str, spec: ResNetSpec, weights: str, path: str,
+             classes: int | None = None) -> Start:
+    """The start from weights file `path`, once checked to hold the network `spec` describes
+    (a file of another network fails here, before a run dir is written), its classifier
+    aside, without building that network (`storage.stored_shapes`). `classes`: the class
+    count the file was trained for, default its classifier's (`CLASSIFIER`, found by name)."""
+    layers = storage.stored_shapes(spec, path)
+    kernel = next((received[:1] for layer, received in layers if layer.name == CLASSIFIER), [])
+    if classes is None:
+        if not (kernel and len(kernel[0]) == 2):  # [features, classes]; a bias need not be there
+            raise ValueError(f"{path!r} holds no classifier kernel keras_preact can read (saved "
+                             "with include_top=False, or not a keras_preact network's): train "
+                             "starts from a whole classifier's weights, a published tag or a "
+                             "run dir.")
+        classes = int(kernel[0][-1])
+    storage.check_fits(path, model_name, layers, keep=CLASSIFIER if classes != spec.classes
+                       else None)
+    return Start(weights, path, classes)
 
 
 def load_start(model: ResNet, start: Start) -> tuple[list[str], list[str]]:
     """Loads `start` into `model` (in either form): every layer when the class counts match;
-    else every layer but the classifier, which keeps its initial weights (read through a
-    network with the file's classifier). Returns the names of the layers `(loaded,
-    initialized)`."""
-    spec = spec_of(model)
-    with_weights = [layer for layer in model.layers if layer.weights]
-    if start.classes == spec.classes:
-        load_weights(model, start.path)
-        return [layer.name for layer in with_weights], []
-    trained = build_from_spec(dataclasses.replace(spec, classes=start.classes),
-                              name=model.name, stages=model.stages)
-    load_weights(trained, start.path)
-    head = model.get_layer(CLASSIFIER)  # the one layer whose shapes differ
-    for layer in with_weights:
-        if layer is not head:
-            layer.set_weights(trained.get_layer(layer.name).get_weights())
-    return [layer.name for layer in with_weights if layer is not head], [head.name]
+    else every layer but the classifier (`CLASSIFIER`), which keeps its initial weights;
+    straight from the file into `model`, no other network built. Returns the names of the
+    layers `(loaded, initialized)`."""
+    with_weights = [layer.name for layer in model.layers if layer.weights]
+    if start.classes == spec_of(model).classes:
+        storage.load_weights(model, start.path)
+        return with_weights, []
+    storage.load_weights(model, start.path, keep=CLASSIFIER)
+    return [name for name in with_weights if name != CLASSIFIER], [CLASSIFIER]

@@ -24,7 +24,7 @@ import hashlib
 import os
 import warnings
 
-from keras_preact.arch.specs import registered, resolve
+from keras_preact.arch.specs import HEAD_FIELDS, registered, resolve
 from keras_preact.data.catalog import DATASETS
 from keras_preact.preprocessing import RGB, Preprocessing, default_preprocessing
 
@@ -37,9 +37,9 @@ CACHE_SUBDIR = "keras_preact"
 # run's own mixed_bfloat16 differs by up to 0.09 points (benchmarks/README.md, "Published
 # figures"); float32 reproduces on other CPUs.
 SCORED_IN = "float32"
-# The spec fields published weights leave free (channels aside: they must stay RGB).
-HEAD_FIELDS = ("include_top", "pooling", "classifier_activation", "include_preprocessing",
-               "input_shape")
+# The spec fields published weights leave free: the head's and the image size (channels
+# aside: they must stay RGB).
+FREE_FIELDS = HEAD_FIELDS + ("input_shape",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +179,7 @@ def preprocessing_for(spec) -> Preprocessing:
     """
     found = next((record.preprocessing for record in _RECORDS.values()
                   if isinstance(record, ConvertedRecord) and not differences(
-                      spec, resolve(record.model), HEAD_FIELDS + ("classes",))),
+                      spec, resolve(record.model), FREE_FIELDS + ("classes",))),
                  default_preprocessing(spec))
     return dataclasses.replace(found, in_model=spec.include_preprocessing)
 
@@ -202,7 +202,7 @@ def weights_path(model_name: str, weights: str, spec) -> str:
     """The file `weights` stands for: a `.weights.h5` path, or a published tag of
     `model_name` (`weights_file`). Weights were trained on RGB images: `spec` must take 3
     channels; a tag's `spec` must be the network it was trained as, head and image size aside
-    (`HEAD_FIELDS`)."""
+    (`FREE_FIELDS`)."""
     if spec.input_shape[-1] != RGB:
         raise ValueError(
             "Weights are for RGB images: with `weights`, `input_shape` must have 3 channels "
@@ -221,14 +221,14 @@ def weights_path(model_name: str, weights: str, spec) -> str:
 
 def _check_trained_as(spec, record: WeightsRecord) -> None:
     """Refuses a `spec` other than the network `record`'s weights were trained as, except for
-    the head and the image size (`HEAD_FIELDS`), as Keras Applications allow."""
+    the head and the image size (`FREE_FIELDS`), as Keras Applications allow."""
     trained = resolve(record.model, classes=DATASETS[record.dataset].classes)
-    differ = differences(spec, trained, HEAD_FIELDS + ("classes",) * (not spec.include_top))
+    differ = differences(spec, trained, FREE_FIELDS + ("classes",) * (not spec.include_top))
     if differ:
         raise ValueError(
             f"Weights {record.tag!r} of {record.model!r} were trained with "
             + ", ".join(f"{name}={getattr(trained, name)!r}" for name in differ)
-            + f"; only {', '.join(HEAD_FIELDS[:-1])} and the image size may differ (classes "
+            + f"; only {', '.join(HEAD_FIELDS)} and the image size may differ (classes "
             "too with include_top=False). Received: "
             + ", ".join(f"{name}={getattr(spec, name)!r}" for name in differ)
         )

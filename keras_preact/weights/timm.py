@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from keras_preact.arch.registry import TIMM_DEPTHS
+
 if TYPE_CHECKING:  # numpy and safetensors only until a network is built
     from keras_preact.arch.network import ResNet
 
 Checkpoint = str | os.PathLike | Mapping[str, np.ndarray]
 
 # timm architecture -> the registered network that computes what it computes.
-ARCHS = {f"resnetv2_{depth}": f"preact-{depth}-imagenet-timm" for depth in (18, 34, 50, 101)}
+ARCHS = {f"resnetv2_{depth}": f"preact-{depth}-imagenet-timm" for depth in TIMM_DEPTHS}
 # The overrides `from_timm` accepts: the rest would change what the tensors fit.
 FREE_FIELDS = ("input_shape", "classifier_activation")
 # PyTorch BatchNorm2d tensors in the order of a Keras BatchNormalization's weights

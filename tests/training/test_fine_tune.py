@@ -312,7 +312,7 @@ def _foreign_weights(tmp_path, kind: str) -> str:
 
 @pytest.mark.parametrize("kind, message", [
     # Was h5py's KeyError "Unable to synchronously open object" traceback (#43).
-    ("no bias", "The weights in '{path}' do not fit 'resnet' as built"),
+    ("no bias", "The weights in '{path}' do not fit 'preact-20' as built"),
     ("foreign", "'{path}' holds no classifier kernel keras_preact can read"),
     ("cut short", "Could not read '{path}' as a .weights.h5 file (Unable to synchronously "
                   "open file (truncated file"),
@@ -349,6 +349,27 @@ def test_weights_of_another_run_must_be_the_same_network(runs, tmp_path, capsys,
     assert "are for another network: unit='full-preact'" in err and err.count("\n") == 1, err
     assert "Received: unit='original'" in err
     assert not (tmp_path / "run").exists()  # refused before any work
+
+
+def test_a_fine_tune_from_a_tag_builds_two_networks(tmp_path, monkeypatch):
+    """From weights="cifar10" to 3 classes, scanned: the network it trains and, at the end,
+    the plain graph it saves; the file's form and classifier are read from the file itself
+    (no twin with its classifier, no plain template)."""
+    from keras_preact.arch.network import ResNet
+
+    built = []
+    init = ResNet.__init__
+
+    def counted(self, spec, stages="layers", *args, **kwargs):
+        built.append((stages, spec.classes))
+        init(self, spec, stages, *args, **kwargs)
+
+    monkeypatch.setattr(ResNet, "__init__", counted)
+    images = np.random.default_rng(0).integers(0, 256, (24, 32, 32, 3), dtype=np.uint8)
+    ds = tf.data.Dataset.from_tensor_slices((images, np.arange(24) % 3))
+    training.train("preact-20", output=str(tmp_path), dataset=ds, class_names=CLASSES,
+                   weights="cifar10", steps=2, batch_size=8, val_examples=8, verbose=0)
+    assert built == [("scan", 3), ("layers", 3)], built
 
 
 @pytest.mark.parametrize("freeze", ["none", "bn", "backbone"])
