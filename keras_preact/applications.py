@@ -91,6 +91,7 @@ VARIANT_SUFFIX = "-timm"
 
 def application(
     model_name: str,
+    *,
     include_top: bool = True,
     weights: str | None = None,
     input_tensor: keras.KerasTensor | None = None,
@@ -136,7 +137,7 @@ def application(
     if input_shape is not None:
         overrides["input_shape"] = input_shape
     return build_network(model_name, weights=weights, input_tensor=input_tensor, model_name=name,
-                 **overrides)
+                         **overrides)
 
 
 application.__doc__ += ARGS_DOC.format(
@@ -183,6 +184,7 @@ def _converted_doc(public_name: str, model_name: str) -> str:
 def _constructor(public_name: str, model_name: str):
     spec = get_spec(model_name)
 
+    # Keras Applications' signature, positional arguments included (`ResNet50(True, None)`).
     def constructor(
         include_top: bool = True,
         weights: str | None = None,
@@ -195,16 +197,10 @@ def _constructor(public_name: str, model_name: str):
         include_preprocessing: bool = False,
     ) -> keras.Model:
         return application(
-            trained_as(model_name, weights),
-            include_top,
-            weights,
-            input_tensor,
-            input_shape,
-            pooling,
-            classes,
-            classifier_activation,
-            name,
-            include_preprocessing,
+            trained_as(model_name, weights), include_top=include_top, weights=weights,
+            input_tensor=input_tensor, input_shape=input_shape, pooling=pooling, classes=classes,
+            classifier_activation=classifier_activation, name=name,
+            include_preprocessing=include_preprocessing,
         )
 
     constructor.__name__ = constructor.__qualname__ = public_name
