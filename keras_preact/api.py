@@ -61,7 +61,6 @@ def build_network(name: str, *, stages: str = "layers", weights: str | None = No
     return model
 
 
-
 def build(name: str, *, stages: str = "layers", weights: str | None = None,
           **overrides) -> ResNet:
     """Builds a registered network, optionally changed by `overrides`.
