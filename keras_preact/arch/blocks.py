@@ -77,6 +77,19 @@ class Namer:
         return f"{self.prefix}_{kind}{self.counts[kind]}"
 
 
+def batch_norm(x, gamma, beta, mean, variance, *, epsilon: float, dtype: str):
+    """`keras.layers.BatchNormalization`'s arithmetic as a function of its weights, for the
+    scanned loops (`ScannedUnits`): statistics and normalization in float32, the output in
+    `dtype`. `mean` and `variance` None: the batch statistics (training). Returns the output
+    and the (biased) mean and variance used."""
+    x = keras.ops.cast(x, "float32")
+    if mean is None:
+        mean, variance = keras.ops.moments(x, axes=(0, 1, 2))
+    y = keras.ops.batch_normalization(x, mean, variance, axis=-1, offset=beta, scale=gamma,
+                                      epsilon=epsilon)
+    return keras.ops.cast(y, dtype), mean, variance
+
+
 def apply_ops(x: Tensor, ops: tuple[str, ...], layer_name: Callable[[str], str]) -> Tensor:
     """Applies "bn" / "relu" in order; `layer_name(kind)` names each layer, e.g. a unit's
     `Namer` or `lambda kind: f"stem_{kind}"`."""

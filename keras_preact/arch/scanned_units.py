@@ -3,18 +3,22 @@
 A full pre-activation unit with an identity shortcut is `x + F(x)` with
 `F = conv_K(relu(bn_K(... conv_1(relu(bn_1(x))))))`; every unit of a stage after the first
 has the same shapes. `ScannedUnits` holds the weights of those `n` units stacked on a
-leading axis and runs them with one `tf.while_loop`, so the traced graph (and the time
-TensorFlow spends optimizing it before the first step) no longer grows with depth. The math
+leading axis and runs them with one loop, so the traced graph (and the time TensorFlow or
+XLA spends optimizing it before the first step) no longer grows with depth: a
+`tf.while_loop` on the TensorFlow backend, a `jax.lax.scan` on JAX
+(`keras_preact.arch.jax_units`); the torch backend builds only stages='layers'. The math
 is the plain layer graph's: same convs, same BatchNormalization (batch statistics in
 training, the same moving statistics update `m = 0.9 m + 0.1 batch`, epsilon 1e-5), same
-initializers, same parameter count; only TensorFlow's summation order differs.
+initializers, same parameter count, the same variables on both backends (a weights file
+of one loads into the other); only the summation order differs.
 
 `fused=True` (default) computes each BN with one `FusedBatchNormV3` op instead of Keras'
 moments + normalize ops. In training, each BN-ReLU-conv keeps only its input for the
 backward pass and recomputes the cheap BN + ReLU there (`recompute_bn=False` keeps their
 output instead, the trainer's choice in mixed precision); `recompute=True` keeps only each
 unit's input and recomputes the whole unit (memory mode). What each costs and saves is
-measured in benchmarks/README.md.
+measured in benchmarks/README.md. On JAX, BN is Keras' ops (XLA fuses them: `fused` picks
+no op there) and `jax.checkpoint` keeps what the same options keep.
 
 `keras_preact.arch.graph` builds these layers (`stages="scan"`); `keras_preact.arch.scan` converts
 models between the two forms, and `keras_preact.weights` reads files into either.
@@ -31,8 +35,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-# TensorFlow is imported where it is used: keras_preact (hence this module) also imports on
-# the jax and torch backends, where only stages='layers' builds.
+# TensorFlow (and JAX, in jax_units) is imported where it is used: keras_preact (hence this
+# module) imports on every Keras backend.
 from keras_preact.arch import blocks
 from keras_preact.arch.blocks import BN_EPSILON, BN_MOMENTUM
 from keras_preact.arch.specs import ResNetSpec
@@ -136,11 +140,14 @@ class ScannedUnits(keras.layers.Layer):
             `[(16, 1), (16, 3), (64, 1)]`. The input must have `convs[-1][0]` channels.
         momentum, epsilon: the BatchNormalization settings of the plain layers.
         fused: compute BN with `FusedBatchNormV3` (one op forward, one backward) rather
-            than Keras' moments + normalize ops. Same statistics and update.
+            than Keras' moments + normalize ops. Same statistics and update. TensorFlow
+            only: JAX always runs Keras' ops.
         recompute: keep only each unit's input for the backward pass and recompute the
-            unit (`tf.recompute_grad`): less memory for more time (benchmarks/README.md).
-        recompute_bn: with `fused`, recompute each BN + ReLU in the backward pass from the
-            BN's input rather than keep its output (less memory, more time).
+            unit (`tf.recompute_grad`; on JAX `jax.checkpoint`): less memory for more time
+            (benchmarks/README.md).
+        recompute_bn: with `fused` (on JAX: always), recompute each BN + ReLU in the
+            backward pass from the BN's input rather than keep its output (less memory,
+            more time).
 
     Weights are `bn{k}_gamma`, `bn{k}_beta`, `bn{k}_moving_mean`, `bn{k}_moving_variance`
     of shape `(units, channels)` and `conv{k}_kernel` of shape `(units, k, k, in, out)`:
@@ -151,10 +158,9 @@ class ScannedUnits(keras.layers.Layer):
                  epsilon: float = BN_EPSILON, fused: bool = True, recompute: bool = False,
                  recompute_bn: bool = True, **kwargs):
         super().__init__(autocast=False, **kwargs)  # casts are explicit in `call`
-        if keras.backend.backend() != "tensorflow":
-            raise ValueError("Scanned stages run a tf.while_loop: they need the TensorFlow "
-                             f"backend. Received: backend {keras.backend.backend()!r} (use "
-                             "stages='layers').")
+        if keras.backend.backend() not in ("tensorflow", "jax"):
+            raise ValueError("Scanned stages run on the TensorFlow and JAX backends. Received: "
+                             f"backend {keras.backend.backend()!r} (use stages='layers').")
         if not (isinstance(units, int) and units >= 1):
             raise ValueError(f"`units` must be a positive integer. Received: units={units!r}")
         self.units = units
@@ -202,12 +208,8 @@ class ScannedUnits(keras.layers.Layer):
                 y, _, _ = tf.compat.v1.nn.fused_batch_norm(
                     x, gamma, beta, mean, variance, epsilon=self.epsilon, is_training=False)
             return ops.cast(y, self.compute_dtype), mean, variance
-        x = ops.cast(x, "float32")
-        if training:
-            mean, variance = ops.moments(x, axes=(0, 1, 2))
-        y = ops.batch_normalization(x, mean, variance, axis=-1, offset=beta, scale=gamma,
-                                    epsilon=self.epsilon)
-        return ops.cast(y, self.compute_dtype), mean, variance
+        return blocks.batch_norm(x, gamma, beta, mean, variance, epsilon=self.epsilon,
+                                 dtype=self.compute_dtype)
 
     def _bn_relu_conv(self, x, gamma, beta, kernel):
         """`conv(relu(bn(x)))` in training, with a hand-written backward pass that runs the
@@ -295,7 +297,25 @@ class ScannedUnits(keras.layers.Layer):
             bn = [gamma, beta] if training else [gamma, beta, mean, variance]
             params += [ops.cast(w, "float32") for w in bn] + [ops.cast(kernel, self.compute_dtype)]
         x = ops.cast(inputs, self.compute_dtype)
+        if keras.backend.backend() == "jax":
+            from keras_preact.arch import jax_units
 
+            x, stats = jax_units.scan_units(
+                x, params, convs=len(self.convs), training=training, epsilon=self.epsilon,
+                dtype=self.compute_dtype,
+                saved=jax_units.saved_names(self.recompute, self.recompute_bn))
+        else:
+            x, stats = self._tf_scan(x, params, training)
+        if training:  # the plain BN layers' update, one stacked assign per variable
+            m = self.momentum
+            for k, (_, _, moving_mean, moving_var) in enumerate(self.bn_weights):
+                moving_mean.assign(moving_mean * m + stats[2 * k] * (1.0 - m))
+                moving_var.assign(moving_var * m + stats[2 * k + 1] * (1.0 - m))
+        return x
+
+    def _tf_scan(self, x, params: list, training: bool):
+        """The units on one tf.while_loop (`_scan`): the last output and, in training, each
+        BN's batch mean and variance stacked over the units."""
         def unit(x, *p):
             y, stats = self._unit(x, list(p), training)
             return (y, *stats) if training else y
@@ -309,13 +329,7 @@ class ScannedUnits(keras.layers.Layer):
             out = unit(x, *p)
             return (out[0], list(out[1:])) if training else (out, [])
 
-        x, stats = _scan(step, x, params, self.units, 2 * len(self.convs) if training else 0)
-        if training:  # the plain BN layers' update, one stacked assign per variable
-            m = self.momentum
-            for k, (_, _, moving_mean, moving_var) in enumerate(self.bn_weights):
-                moving_mean.assign(moving_mean * m + stats[2 * k] * (1.0 - m))
-                moving_var.assign(moving_var * m + stats[2 * k + 1] * (1.0 - m))
-        return x
+        return _scan(step, x, params, self.units, 2 * len(self.convs) if training else 0)
 
     def compute_output_shape(self, input_shape):
         return input_shape
