@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -22,9 +23,9 @@ COMMANDS = ("list", "train", "evaluate", "plot", "export")
 # TensorFlow's C++ start-up lines (oneDNN notes, "failed call to cuInit" on CPU-only
 # machines) read as failures; hidden unless --verbose or the user set the variable.
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
-# The commands are TensorFlow's (tf.data input, tf.distribute, SavedModel export), so Keras runs
-# on TensorFlow under them, whatever this says: a KERAS_BACKEND set for one's own JAX or PyTorch
-# code need not be unset first, and nothing the commands write depends on the backend.
+# The commands are TensorFlow's (tf.data input, SavedModel export), so Keras runs on TensorFlow
+# under them, whatever this says: a KERAS_BACKEND set for one's own JAX or PyTorch code need not
+# be unset first, and nothing they write depends on the backend. `train` runs on JAX too.
 KERAS_BACKEND = "KERAS_BACKEND"
 # The exit status of a command ended by Ctrl-C (SIGINT), as shells report it: 128 + 2.
 INTERRUPTED = 130
@@ -82,22 +83,30 @@ def model_from_args(args: argparse.Namespace):
     return keras_preact.build(args.model, weights=args.weights)
 
 
-def import_tensorflow(verbose: bool = False) -> None:
+def import_tensorflow(verbose: bool = False, command: str = "the command line",
+                      backends: tuple[str, ...] = ("tensorflow",)) -> None:
     """Imports TensorFlow; unless `verbose`, without its start-up lines on the console.
 
     Commands that need TensorFlow call this first. It loads with oneDNN on where TensorFlow
     would leave it off (`host.use_onednn`). TF_CPP_MIN_LOG_LEVEL=3 hides its later C++ logs;
     the lines its libraries print while loading (before absl logging is initialized, whatever
     the level) are sent to /dev/null for the duration of the import. Keras is set to run on
-    TensorFlow (`KERAS_BACKEND`), with one warning if the environment asked for another.
+    the `KERAS_BACKEND` of the environment if `command` runs on it (one of `backends`), else
+    on TensorFlow, with one warning. On another backend, TensorFlow is imported only when it
+    is installed (its tf.data may feed that backend; a JAX machine may have none).
     """
     if "tensorflow" in sys.modules:
         return
     backend = os.environ.get(KERAS_BACKEND, "tensorflow")
-    if backend != "tensorflow" and "keras" not in sys.modules:
-        warnings.warn(f"{KERAS_BACKEND}={backend} ignored: the command line runs on TensorFlow "
-                      f"(keras_preact.build runs on {backend} in Python).", stacklevel=2)
-    os.environ[KERAS_BACKEND] = "tensorflow"
+    if backend not in backends:
+        if "keras" not in sys.modules:
+            names = " or ".join({"tensorflow": "TensorFlow", "jax": "JAX"}[b] for b in backends)
+            warnings.warn(f"{KERAS_BACKEND}={backend} ignored: {command} runs on {names} "
+                          f"(keras_preact.build runs on {backend} in Python).", stacklevel=2)
+        backend = "tensorflow"
+    os.environ[KERAS_BACKEND] = backend
+    if backend != "tensorflow" and importlib.util.find_spec("tensorflow") is None:
+        return
     host.use_onednn()
     if verbose:
         return

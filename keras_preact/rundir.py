@@ -24,10 +24,11 @@ from keras_preact.files import atomic_write
 CONFIG = "config.json"
 METRICS = "metrics.csv"
 # A JSON list, one entry per trainer process (the first start and each resume), kept current
-# at every epoch end: {"machine", "started" (UTC, ISO 8601), "seconds" (in fit), "steps":
-# [first, last]}. What a run cost, summed over sessions and machines (`training_time`).
+# at every epoch end: {"machine", "backend" (Keras', e.g. "jax"), "started" (UTC, ISO 8601),
+# "seconds" (in fit), "steps": [first, last]}. What a run cost, summed over sessions and
+# machines (`training_time`). Entries of runs older than "backend" have none (TensorFlow's).
 SESSIONS = "sessions.json"
-SESSION_KEYS = {"machine", "started", "seconds", "steps"}
+SESSION_KEYS = {"machine", "started", "seconds", "steps"}  # what every entry has
 MODEL = "model.keras"
 LOGS = "logs"
 BACKUP = "backup"

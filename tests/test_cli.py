@@ -53,9 +53,9 @@ def test_another_keras_backend_in_the_shell_runs_on_tensorflow(backend, cifar10_
          "cifar10", "--split", "test[:200]", "--data-dir", cifar10_data_dir],
         capture_output=True, text=True, timeout=600, env={**env, "KERAS_BACKEND": backend})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr == (f"keras-preact evaluate: warning: KERAS_BACKEND={backend} ignored: the "
-                           f"command line runs on TensorFlow (keras_preact.build runs on "
-                           f"{backend} in Python).\n")
+    assert done.stderr == (f"keras-preact evaluate: warning: KERAS_BACKEND={backend} ignored: "
+                           f"keras-preact evaluate runs on TensorFlow (keras_preact.build runs "
+                           f"on {backend} in Python).\n")
     assert done.stdout.startswith("cifar10 test[:200]: error ")
     assert float(done.stdout.split("accuracy ")[1].split(",")[0]) > 0.85  # the published net
 

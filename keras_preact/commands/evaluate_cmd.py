@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     # Resolved once: `evaluate` takes the source (a folder is listed here only).
     dataset, data_dir, split = eval_source(args.model, args.dataset, args.data_dir, args.split)
     source = resolve(dataset, data_dir)
-    import_tensorflow(args.verbose)
+    import_tensorflow(args.verbose, "keras-preact evaluate")
     from keras_preact import training
 
     result = training.evaluate(model_from_args(args), dataset=source, split=split,

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         files.check_directory(args.base)
     else:
         runtimes.check_target(args.output, args.format)
-    import_tensorflow(args.verbose)
+    import_tensorflow(args.verbose, "keras-preact export")
     from keras_preact.export import export_model
 
     print(export_model(model_from_args(args), args.base or args.output, args.format,

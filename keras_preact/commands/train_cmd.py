@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # wrong model name is named first, offline too. Resolved once: `train` takes the source
     # (a folder is listed here only).
     source = sources.resolve(config.dataset, config.data_dir)
-    import_tensorflow(args.verbose)
+    import_tensorflow(args.verbose, "keras-preact train", backends=("tensorflow", "jax"))
     from keras_preact import training
 
     try:

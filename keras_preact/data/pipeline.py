@@ -1,4 +1,5 @@
 """TFDS input pipelines: the paper's CIFAR augmentation, fb.resnet.torch's ImageNet crops.
+The caller's NumPy arrays are fed without TensorFlow instead (`data.arrays`).
 
 Images stay uint8 through caching, shuffling and augmentation; normalization
 (`preprocessing.preprocess_input`) runs once per batch at the end, and evaluation uses the
@@ -8,7 +9,7 @@ the same numbers.
 
 from __future__ import annotations
 
-from keras_preact.data import folders, sources
+from keras_preact.data import arrays, folders, sources
 from keras_preact.data.augment import augment_cifar, augment_imagenet
 from keras_preact.data.catalog import DatasetInfo
 
@@ -160,8 +161,13 @@ def train_dataset(
     (`pretrained.preprocessing_for`): images of any size are first resized to 32x32 for CIFAR
     nets (`preprocessing.resize_for_eval`, as served) and crop-augmented to `image_size` for
     ImageNet nets, then normalized with its statistics. `deterministic`: the same batches in
-    the same order on every run with the same `seed`.
+    the same order on every run with the same `seed`. NumPy arrays (a `sources.Source` of
+    `sources.ARRAYS_KIND`) give an `arrays.Batches` (always deterministic) instead.
     """
+    if _is_arrays(name):
+        return arrays.Batches(arrays.select(name.images, split), batch_size,
+                              _fitting_arrays(name, preprocessing, image_size), train=True,
+                              seed=seed)
     import tensorflow as tf
 
     source = _source(name, data_dir)
@@ -184,10 +190,52 @@ def train_dataset(
         )
     ds = ds.batch(batch_size, drop_remainder=True)
     ds = ds.map(
-        lambda x, y: (preprocessing.normalize(x), y),
+        lambda x, y: (_normalized(x, preprocessing), y),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options(deterministic))
+
+
+def _normalized(images, preprocessing):
+    """`preprocessing.normalize` in TensorFlow ops, the same numbers: tf.data maps run
+    TensorFlow whatever Keras' backend is (`keras.ops` would be JAX's under JAX)."""
+    import tensorflow as tf
+
+    from keras_preact.preprocessing import scale_and_offset
+
+    images = tf.cast(images, tf.float32)
+    if preprocessing.in_model:
+        return images
+    scale, offset = scale_and_offset(preprocessing.stats)
+    return images * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
+
+
+def _is_arrays(source) -> bool:
+    return isinstance(source, sources.Source) and source.kind == sources.ARRAYS_KIND
+
+
+def check_arrays(source: sources.Source, preprocessing, image_size: int | None) -> None:
+    """A one-line ValueError unless NumPy `source`'s images are what its route feeds: whole
+    images of the network's input size (no resizing or ImageNet-style crops, which are
+    TensorFlow ops); nothing to check for other sources."""
+    if _is_arrays(source):
+        _fitting_arrays(source, preprocessing, image_size)
+
+
+def _fitting_arrays(source: sources.Source, preprocessing, image_size: int | None):
+    """`preprocessing` (the family default, CIFAR's, if None) once `check_arrays` passed."""
+    from keras_preact.preprocessing import FAMILY_PREPROCESSING
+
+    preprocessing = preprocessing or FAMILY_PREPROCESSING["cifar"]
+    size = image_size or preprocessing.size
+    shape = source.images[0].shape[1:3]
+    if preprocessing.crop_pct is not None or shape != (size, size):
+        net = "" if preprocessing.crop_pct is None else ", for an ImageNet-style network"
+        raise ValueError(f"NumPy `dataset` arrays train CIFAR-style networks on images of their "
+                         f"input size ({size}x{size}, pad-and-crop augmented): pass a "
+                         f"tf.data.Dataset for others. Received: images of "
+                         f"{shape[0]}x{shape[1]}{net}")
+    return preprocessing
 
 
 def _replayable(ds, seed: int):
@@ -244,7 +292,11 @@ def eval_dataset(
 ):
     """Un-augmented batches of `split` of `name` (as `train_dataset` takes it) with the shared
     eval geometry (CIFAR 32; ImageNet 256 -> 224; timm's nets their source's), for a network
-    taking `preprocessing` (default: the dataset's family's)."""
+    taking `preprocessing` (default: the dataset's family's); NumPy arrays as `train_dataset`
+    takes them."""
+    if _is_arrays(name):
+        return arrays.Batches(arrays.select(name.images, split), batch_size,
+                              _fitting_arrays(name, preprocessing, image_size), train=False)
     import tensorflow as tf
 
     from keras_preact.preprocessing import resize_for_eval
@@ -255,7 +307,7 @@ def eval_dataset(
 
     def prepare(image, label):
         image = resize_for_eval(image, preprocessing, image_size)
-        return preprocessing.normalize(image), label
+        return _normalized(image, preprocessing), label
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(batch_size)

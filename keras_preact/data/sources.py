@@ -23,9 +23,10 @@ DATASET_HELP = ("cifar10, cifar100, imagenet2012, any TFDS image-classification 
 
 
 # What a `Source` is (`Source.kind`).
-TFDS, FOLDER, IN_MEMORY_KIND = "tfds", "folder", "in-memory"
-# The `dataset` a run on the caller's `tf.data.Dataset` records (`training.train`).
-IN_MEMORY = "tf.data.Dataset"
+TFDS, FOLDER, IN_MEMORY_KIND, ARRAYS_KIND = "tfds", "folder", "in-memory", "arrays"
+# The `dataset` a run on the caller's `tf.data.Dataset`, or on its NumPy `(images, labels)`,
+# records (`training.train`).
+IN_MEMORY, ARRAYS = "tf.data.Dataset", "arrays"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,17 +36,17 @@ class Source:
     checks, its input pipeline and `evaluate` take this object and nothing lists a folder or
     asks TFDS again."""
 
-    name: str  # as config.json records it: a TFDS name, a folder's path, or IN_MEMORY
-    kind: str  # TFDS, FOLDER or IN_MEMORY_KIND
+    name: str  # as config.json records it: a TFDS name, a folder's path, IN_MEMORY or ARRAYS
+    kind: str  # TFDS, FOLDER, IN_MEMORY_KIND or ARRAYS_KIND
     info: DatasetInfo  # family, classes, class names, held-out and validation splits
     data_dir: str | None = None  # TFDS's
     folder: folders.ImageFolder | None = None  # a folder's classes and files (FOLDER)
-    images: object = None  # the caller's tf.data.Dataset (IN_MEMORY_KIND)
+    images: object = None  # the caller's tf.data.Dataset, or (images, labels) (ARRAYS_KIND)
 
     @property
     def base(self) -> str:
         """The split the trainer trains (and carves validation) from: "train" of a TFDS
-        dataset, "all" of an image folder or a tf.data.Dataset."""
+        dataset, "all" of an image folder or the caller's images."""
         return "train" if self.kind == TFDS else "all"
 
 
@@ -53,8 +54,9 @@ def resolve(dataset, data_dir: str | None = None,
             class_names: Sequence[str] | None = None) -> Source:
     """`dataset` as a `Source`: a paper dataset (`DATASETS`), an image folder
     (`folders.is_folder`, listed here, once), any TFDS image-classification dataset, or the
-    caller's `tf.data.Dataset` of (image, label) with its `class_names` (which go only with
-    such images); a `Source` is returned as it is. A one-line ValueError for anything else.
+    caller's `tf.data.Dataset` of (image, label) or NumPy `(images, labels)` (`data.arrays`:
+    read without TensorFlow) with its `class_names` (which go only with such images); a
+    `Source` is returned as it is. A one-line ValueError for anything else.
     A TFDS dataset's splits are known once it is prepared (`prepare`).
 
     Example:
@@ -66,13 +68,17 @@ def resolve(dataset, data_dir: str | None = None,
 
     if isinstance(dataset, Source):
         return dataset
-    if dataset is not None and not isinstance(dataset, str):  # the caller's tf.data.Dataset
+    if dataset is not None and not isinstance(dataset, str):  # the caller's images
         if class_names is None:
-            raise ValueError("A tf.data.Dataset of (image, label) needs `class_names` (one "
-                             "per label, in label order).")
+            raise ValueError("A tf.data.Dataset of (image, label), or (images, labels) arrays, "
+                             "needs `class_names` (one per label, in label order).")
         names = labels.check_names(class_names, len(labels.as_list(class_names)))
-        return Source(IN_MEMORY, IN_MEMORY_KIND, DatasetInfo(None, len(names), None, names),
-                      images=dataset)
+        info = DatasetInfo(None, len(names), None, names)
+        if isinstance(dataset, tuple):
+            from keras_preact.data import arrays
+
+            return Source(ARRAYS, ARRAYS_KIND, info, images=arrays.check(dataset, len(names)))
+        return Source(IN_MEMORY, IN_MEMORY_KIND, info, images=dataset)
     if class_names is not None:
         raise ValueError(f"`class_names` go with a tf.data.Dataset: {dataset!r} names its own "
                          "classes.")
@@ -125,9 +131,9 @@ def eval_source(model: object, dataset: str | None = None, data_dir: str | None 
     if not run.get("dataset"):
         return dataset or DEFAULT_EVAL_DATASET, data_dir, split
     dataset, data_dir = run["dataset"], data_dir or run.get("data_dir")
-    if dataset == IN_MEMORY:
-        raise ValueError(f"{os.fspath(model)!r} trained on a tf.data.Dataset, which evaluate "
-                         "cannot read again: pass --dataset.")
+    if dataset in (IN_MEMORY, ARRAYS):
+        raise ValueError(f"{os.fspath(model)!r} trained on the caller's {dataset}, which "
+                         "evaluate cannot read again: pass --dataset.")
     if split is None and folders.is_folder(dataset):
         split = run.get("val_split")
         if split is None:

@@ -173,19 +173,21 @@ class RunBackup(keras.callbacks.Callback):
 class SessionLog(keras.callbacks.Callback):
     """Adds this process' entry to RUN_DIR's `rundir.SESSIONS` when fit starts and keeps its
     seconds and last step current at each epoch end and when fit stops on an error (`record`;
-    a kill -9 loses at most the epoch it was in, whose steps the resume repeats anyway)."""
+    a kill -9 loses at most the epoch it was in, whose steps the resume repeats anyway),
+    with the Keras `backend` it trains on (a run may resume on another)."""
 
-    def __init__(self, run_dir: str, machine: str):
+    def __init__(self, run_dir: str, machine: str, backend: str):
         super().__init__()
         self.run_dir = run_dir
         self.machine = machine
+        self.backend = backend
         self.entry = None
 
     def on_train_begin(self, logs=None):
         self.started = time.monotonic()
         step = optimizer_step(self.model)
         before = read_sessions(self.run_dir)  # `record` needs both, once entry is set
-        self.entry = {"machine": self.machine,
+        self.entry = {"machine": self.machine, "backend": self.backend,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "seconds": 0.0, "steps": [step, step]}
         self.sessions = [*before, self.entry]

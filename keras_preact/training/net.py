@@ -10,6 +10,7 @@ from keras_preact.arch.introspect import outputs_logits
 from keras_preact.arch.network import build_from_spec
 from keras_preact.arch.specs import ResNetSpec, resolve
 from keras_preact.optim import SGDWithL2
+from keras_preact.training import backend
 from keras_preact.training.config import FREEZE, MIXED_PRECISION, TrainConfig, check_choice
 from keras_preact.training.resume import resolve_stages
 
@@ -56,7 +57,7 @@ def build_and_compile(model: str, schedule, config: TrainConfig | None = None, *
                             l2=config.weight_decay),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=outputs_logits(net)),
         metrics=["accuracy"],
-        jit_compile=config.jit_compile,
+        jit_compile=backend.jit_compile(config.jit_compile),
         steps_per_execution=steps_per_execution,
     )
     return net

@@ -4,7 +4,8 @@ with its classes and splits, the weights to start from, the form, the strategy),
 the fit loop and what it calls take one frozen `TrainPlan` and resolve nothing again.
 
 User errors are one-line exceptions raised here, before the run dir is written; all but
-the data's (prepared, its splits, its size) come before any TensorFlow work.
+the data's (prepared, its splits, its size) come before any TensorFlow or JAX work. The
+engine (Keras' backend, its devices: `backend.Replicas`) is decided here, once.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from keras_preact import host, rundir
 from keras_preact.arch.specs import ResNetSpec, resolve
 from keras_preact.data import pipeline, sources
 from keras_preact.paper import CIFAR_RECIPE, IMAGENET_LR_DROPS
-from keras_preact.training import distribute
+from keras_preact.training import backend, distribute
 from keras_preact.training import start as run_start
 from keras_preact.training.config import TrainConfig, absolute_paths
 from keras_preact.training.net import check_recompute
 from keras_preact.training.resume import check_sessions, resolve_stages
+from keras_preact.weights import records
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
 # share (as the lr drops keep theirs), so a first 100-step try needs no extra flag.
@@ -46,7 +48,7 @@ class TrainPlan:
     held_out: str | None  # what each epoch end is scored on: val_split, else the test split
     start: run_start.Start | None  # the trained weights it starts from
     output: str  # the run directory
-    strategy: object  # the tf.distribute strategy it runs under (made before any TF work)
+    strategy: backend.Replicas  # the devices it trains over (made before any TF/JAX work)
 
     @property
     def lr_drops(self) -> tuple[float, ...]:
@@ -69,7 +71,8 @@ def make_plan(model: str, config: TrainConfig | None = None, *, output: str,
     documents them): everything checked and resolved, in the order a user meets the errors
     (the recipe, the dataset, the network, the weights, the run dir, then the data itself).
     The strategy is made before the data is touched: MultiWorkerMirroredStrategy sets up
-    collectives at TensorFlow start-up."""
+    collectives at TensorFlow start-up (on JAX: `backend.select`)."""
+
     config, source = _recipe(config, class_names, fields)
     spec, config = _network(model, config, source)
     start = None if config.weights is None else run_start.start_from(model, spec,
@@ -88,15 +91,15 @@ def make_plan(model: str, config: TrainConfig | None = None, *, output: str,
                               "Choose another --output.")
     check_sessions(output)
 
-    strategy = distribute.select_strategy(config.strategy,
-                                          connect_timeout or distribute.CONNECT_TIMEOUT_S)
-    if config.batch_size % strategy.num_replicas_in_sync:
+    strategy = backend.select(config.strategy, connect_timeout or distribute.CONNECT_TIMEOUT_S)
+    if config.batch_size % strategy.num_replicas:
         raise ValueError(f"`batch_size` (global) must be divisible by the "
-                         f"{strategy.num_replicas_in_sync} replicas. "
+                         f"{strategy.num_replicas} replicas. "
                          f"Received: batch_size={config.batch_size}")
-    if config.strategy != "tpu" and not distribute.gpu_count():
+    if config.strategy != "tpu" and not backend.gpu_count():
         host.warn_slow_cpu_settings(config.mixed_precision)
     source, examples = _prepared(source, download)
+    pipeline.check_arrays(source, records.preprocessing_for(spec), spec.input_shape[0])
     config, (train_split, val_split, held_out) = _splits(config, source, examples)
     return TrainPlan(model=model, spec=spec, config=config, source=source, examples=examples,
                      train_split=train_split, val_split=val_split, held_out=held_out,
@@ -122,7 +125,7 @@ def _recipe(config: TrainConfig | None, class_names, fields: dict
     given = data is not None and not isinstance(data, str)  # not a name to resolve
     if given:
         fields = {**fields, "dataset": data.name if isinstance(data, sources.Source)
-                  else sources.IN_MEMORY}
+                  else sources.ARRAYS if isinstance(data, tuple) else sources.IN_MEMORY}
     config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
     config = dataclasses.replace(config, **absolute_paths(dataclasses.asdict(config)))
     return config, sources.resolve(data if given else config.dataset, config.data_dir,
@@ -177,7 +180,9 @@ def _stages(config: TrainConfig, spec: ResNetSpec, output: str) -> str:
 
 def _prepared(source: sources.Source, download: bool) -> tuple[sources.Source, int]:
     """`source` with its training split there (`sources.prepare`), and the examples in it
-    (the caller's tf.data.Dataset: counted)."""
+    (the caller's images: counted)."""
+    if source.kind == sources.ARRAYS_KIND:
+        return source, len(source.images[1])
     if source.kind == sources.IN_MEMORY_KIND:
         return source, pipeline.count_examples(source.images)
     return sources.prepare(source, download)

@@ -1,5 +1,6 @@
-"""`train`: the paper's recipe (`TrainConfig`) on `model.fit`, resumable,
-through tf.distribute, into a run directory (`keras_preact.rundir`).
+"""`train`: the paper's recipe (`TrainConfig`) on `model.fit`, resumable, on Keras'
+TensorFlow backend (through tf.distribute) or its JAX one (`backend`), into a run directory
+(`keras_preact.rundir`).
 
 `model.keras` is written only when training finished: the trained network as plain Keras
 layers, which `keras.saving.load_model` loads without keras_preact (`weights.storage.save_plain`).
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.metadata
+import importlib.util
 import math
 import os
 import platform
@@ -21,11 +24,11 @@ from collections.abc import Sequence
 
 import keras
 
-from keras_preact import host, rundir
-from keras_preact.data import pipeline
+from keras_preact import rundir
+from keras_preact.data import arrays, pipeline
 from keras_preact.files import atomic_path
+from keras_preact.training import backend, distribute
 from keras_preact.training import callbacks as run_callbacks
-from keras_preact.training import distribute
 from keras_preact.training import start as run_start
 from keras_preact.training.config import TrainConfig
 from keras_preact.training.net import build_and_compile
@@ -87,10 +90,13 @@ def train(
     `verbose`: 0 silent, 1 a live progress bar over all `steps`, 2 one line per epoch.
     Multi-worker runs wait `connect_timeout` seconds at most for the other workers
     (default `distribute.CONNECT_TIMEOUT_S`).
-    `dataset` may also be an image folder, any TFDS image-classification dataset, or a
+    `dataset` may also be an image folder, any TFDS image-classification dataset, a
     `tf.data.Dataset` of unbatched `(uint8 image [h, w, 1|3|4], int label)` pairs with their
-    `class_names` (one pass; `val_examples` are held out of its end), or any of these
-    resolved (`data.sources.resolve`). `weights` starts from
+    `class_names` (one pass; `val_examples` are held out of its end), NumPy `(images, labels)`
+    (uint8 `[n, 32, 32, 3]`, int `[n]`, with `class_names`: augmented in NumPy, so that a
+    JAX machine without TensorFlow trains on them, `data.arrays`), or any of these
+    resolved (`data.sources.resolve`). Keras' backend (`KERAS_BACKEND`: TensorFlow or JAX)
+    trains it, with the same recipe and run dir (`backend`). `weights` starts from
     trained weights (a published tag, a `.weights.h5` file or a run dir; another class count
     gets a new classifier) with fine-tuning defaults (`config.FINE_TUNE`); `freeze` keeps
     BatchNorm or the whole backbone fixed; `deterministic` gives the same weights every time.
@@ -114,11 +120,11 @@ def train(
 def run(plan: TrainPlan, *, verbose: int = 1) -> keras.Model:
     """Runs `plan` (`make_plan`) into its run dir, as `train` documents; returns the model."""
     config, source, output = plan.config, plan.source, plan.output
-    chief = distribute.is_chief(plan.strategy)
+    chief = plan.strategy.is_chief
     saved = {"model": plan.model, **dataclasses.asdict(config), "family": plan.spec.family,
              "classes": source.info.classes, "class_names": list(source.info.class_names),
              "train_split": plan.train_split, "val_split": plan.val_split,
-             "replicas": plan.strategy.num_replicas_in_sync, "versions": _versions()}
+             "replicas": plan.strategy.num_replicas, "versions": _versions()}
     if verbose:
         print(f"keras-preact: {config.dataset}: {source.info.classes} classes, training on "
               f"{plan.train_split} ({plan.examples - config.val_examples} images), validating "
@@ -142,11 +148,12 @@ def run(plan: TrainPlan, *, verbose: int = 1) -> keras.Model:
 def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.Model:
     """Fits `plan` with `model.fit` under its strategy, logging into `run_dir`, backing up
     into the run dir's backup (the chief's, which every worker resumes from)."""
-    import tensorflow as tf
-
     config, spec, start, strat = plan.config, plan.spec, plan.start, plan.strategy
-    if config.deterministic:  # process-wide: TensorFlow has no public way back
-        tf.config.experimental.enable_op_determinism()
+    if config.deterministic:
+        if not backend.is_jax():  # process-wide: TensorFlow has no public way back
+            import tensorflow as tf
+
+            tf.config.experimental.enable_op_determinism()
         keras.utils.set_random_seed(config.seed)  # before the input's random ops are made
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
@@ -185,19 +192,22 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
         warnings.warn("--deterministic cannot promise the uninterrupted run's weights after "
                       "this resume: ImageNet-size crops draw from stateful generators, which "
                       "a rerun does not replay (CIFAR-size nets' input does).", stacklevel=2)
-    if resumed and config.deterministic:
+    if resumed and (config.deterministic or isinstance(train_ds, arrays.Batches)):
         # fit reads one stream of batches over all epochs; a rerun's starts again at its
         # first batch. Skipping those the run has trained on runs the input's shuffle and
         # augmentation (and their random ops) through them, so that step `resumed + 1`
-        # trains on the batch it would have had uninterrupted.
+        # trains on the batch it would have had uninterrupted (NumPy arrays' batches are
+        # indexed: skipping costs nothing, so a seeded run never repeats its first ones).
         train_ds = train_ds.skip(resumed)
     guard = run_callbacks.TrainingGuard(steps)
     backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
                                      steps_per_epoch=spe, chief=chief, saved_step=resumed)
-    callbacks = [guard, backup, keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS))]
+    callbacks = [guard, backup]
+    if importlib.util.find_spec("tensorflow") is not None:  # Keras writes it with tf.summary
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS)))
     if val_ds is not None and not plan.val_split:  # first: later callbacks read test_* for test
         callbacks.insert(0, run_callbacks.RenameLogs(rundir.TEST_COLUMNS))
-    sessions = run_callbacks.SessionLog(run_dir, _machine(strat))
+    sessions = run_callbacks.SessionLog(run_dir, strat.describe(), backend.name())
     if chief:
         callbacks.append(run_callbacks.MetricsCSV(os.path.join(run_dir, rundir.METRICS),
                                                   schedule))
@@ -236,22 +246,18 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
     return net
 
 
-def _machine(strat) -> str:
-    """The host line of a session record, with the strategy's replicas and workers."""
-    gpus = distribute.gpu_count()
-    workers = distribute.cluster_workers()
-    return (f"{host.describe()}{f', {gpus} GPU' if gpus else ''}; {type(strat).__name__}, "
-            f"replicas: {strat.num_replicas_in_sync}{f', workers: {workers}' if workers else ''}")
+# The libraries whose versions config.json records, those installed (the backend's among
+# them): read from the installed packages' metadata, so that none is imported for it.
+RECORDED_PACKAGES = ("keras", "tensorflow", "tensorflow_datasets", "jax", "jaxlib")
 
 
 def _versions() -> dict:
-    import tensorflow as tf
-    import tensorflow_datasets as tfds
-
     import keras_preact
 
-    return {"keras_preact": keras_preact.__version__, "keras": keras.__version__,
-            "tensorflow": tf.__version__, "tensorflow_datasets": tfds.__version__,
-            "python": platform.python_version()}
+    versions = {"keras_preact": keras_preact.__version__}
+    for package in RECORDED_PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package.replace("_", "-"))
+    return {**versions, "python": platform.python_version()}
 
 

@@ -116,6 +116,23 @@ def test_a_tf_data_dataset_with_class_names_trains(tmp_path):
     assert config["val_split"] == "all[-8:]"
 
 
+def test_numpy_arrays_with_class_names_train_on_tensorflow_too(tmp_path):
+    """The route a JAX machine without TensorFlow trains on (tests/training/test_jax.py)."""
+    images = np.random.default_rng(0).integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+    model = training.train("preact-20", output=str(tmp_path), dataset=(images, np.arange(40) % 2),
+                           class_names=["even", "odd"], steps=3, batch_size=8, val_examples=8,
+                           overrides={"depth": 8}, verbose=0)
+    assert model.output_shape == (None, 2) and int(model.optimizer.iterations) == 3
+    config = rundir.read_config(tmp_path)
+    assert (config["dataset"], config["val_split"]) == ("arrays", "all[-8:]")
+    assert rundir.read_sessions(tmp_path)[0]["backend"] == "tensorflow"
+    with pytest.raises(ValueError, match=r"^NumPy `dataset` arrays train CIFAR-style networks "
+                       r"on images of their input size \(32x32, pad-and-crop augmented\): pass "
+                       r"a tf.data.Dataset for others. Received: images of 24x24$"):
+        training.train("preact-20", output=str(tmp_path / "small"), class_names=["a", "b"],
+                       dataset=(images[:, :24, :24], np.arange(40) % 2), steps=3, batch_size=8)
+
+
 def test_deterministic_twice_gives_one_weights_hash(folders, tmp_path):
     train_dir, _ = folders
     digests = []
