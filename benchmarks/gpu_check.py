@@ -89,8 +89,10 @@ def synthetic_cifar(n: int, classes: int = 10, seed: int = 0):
 def jax_peak_mb() -> float | None:
     import jax
 
-    stats = jax.local_devices()[0].memory_stats() or {}
-    peak = stats.get("peak_bytes_in_use")
+    device = jax.local_devices()[0]
+    if device.platform != "gpu":
+        return None
+    peak = (device.memory_stats() or {}).get("peak_bytes_in_use")
     return None if peak is None else round(peak / 2**20, 1)
 
 
