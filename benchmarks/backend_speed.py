@@ -11,7 +11,7 @@ compiled as the trainer builds it (`build_and_compile`), fitted on a synthetic b
 - PyTorch eager, `channels_last`, in float32 and under `torch.autocast` bfloat16
   (`torch_preact.py`, the same trainable parameter count).
 
-    python benchmarks/backend_speed.py                 # the README's table, ~35 min, 2 cores
+    python benchmarks/backend_speed.py                 # the README's table, ~45-60 min, 2 cores
     python benchmarks/backend_speed.py --forms scan    # without the plain-graph rows
     python benchmarks/backend_speed.py --quick         # depth 20, batch 4, 3 steps (tests)
 

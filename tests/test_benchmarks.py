@@ -93,5 +93,6 @@ def test_gpu_check_dry_run():
         assert float(r[3]) > 0 and float(r[4]) > 0, r
         assert float(r[5].split()[0]) > 0 and r[5].endswith("(RSS)"), r
     assert all(float(r[6]) > 0 for r in rows[::2])  # the whole train call
+    assert not any(r.get("tensorflow_imported") for r in runs), runs  # as on a GPU machine
     params = {(r["model"], r["trainable_params"]) for r in runs}
     assert len(params) == 2, params  # the same net on both sides
