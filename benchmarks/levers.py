@@ -51,9 +51,14 @@ SUITES = {
 }
 
 
-def run(flags: str) -> dict:
+def run(flags: str, timeout: float | None = None) -> dict:
+    """One `train_speed.py --json` process with `flags`: its result, or `{"flags", "error"}`
+    (the last line of its stderr, or that it ran past `timeout` seconds and was stopped)."""
     argv = [sys.executable, os.path.join(HERE, "train_speed.py"), "--json", *flags.split()]
-    done = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"flags": flags, "error": [f"stopped after {timeout:.0f} s"]}
     if done.returncode:
         return {"flags": flags, "error": done.stderr.strip().splitlines()[-1:]}
     return {"flags": flags, **json.loads(done.stdout.strip().splitlines()[-1])}

@@ -89,10 +89,12 @@ def trainable_params(net: nn.Module) -> int:
     return sum(p.numel() for p in net.parameters() if p.requires_grad)
 
 
-def train_steps(spec: ResNetSpec, batch_size: int, steps: int, config: str = "eager"):
+def train_steps(spec: ResNetSpec, batch_size: int, steps: int, config: str = "eager",
+                device: str = "cpu"):
     """Builds the net and runs `steps` SGD steps (momentum 0.9, weight decay 1e-4, the
     paper's recipe) on one synthetic batch in PyTorch configuration `config`
-    (`train_speed.TORCH_CONFIGS`). Returns (build seconds, per-step seconds, trainable
+    (`train_speed.TORCH_CONFIGS`) on `device` ("cpu", or "cuda": each step's time then ends
+    when the GPU has finished it). Returns (build seconds, per-step seconds, trainable
     parameters)."""
     import contextlib
     import time
@@ -104,10 +106,13 @@ def train_steps(spec: ResNetSpec, batch_size: int, steps: int, config: str = "ea
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch_size, 3, h, w, generator=generator)
     y = torch.randint(0, spec.classes, (batch_size,), generator=generator)
+    net, x, y = net.to(device), x.to(device), y.to(device)
     if config != "eager":
         net, x = net.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    precision = (torch.autocast("cpu", dtype=torch.bfloat16) if config.endswith("bf16")
+    device_type = torch.device(device).type
+    precision = (torch.autocast(device_type, dtype=torch.bfloat16) if config.endswith("bf16")
                  else contextlib.nullcontext())
+    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     loss_fn = nn.CrossEntropyLoss()
     net.train()
@@ -119,5 +124,6 @@ def train_steps(spec: ResNetSpec, batch_size: int, steps: int, config: str = "ea
             loss = loss_fn(net(x), y)
         loss.backward()
         optimizer.step()
+        sync()
         times.append(time.perf_counter() - start)
     return build_s, times, trainable_params(net)

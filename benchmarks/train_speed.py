@@ -18,6 +18,13 @@ pre-activation nets). Levers: `--stages layers|scan` (`--no-fused`, `--recompute
 `--mixed-precision bfloat16`, `--steps-per-execution N`, `--grappler PRESET`,
 `--jit-compile`, `--strategy one-device` (builds the optimizer and metrics before fit, so the
 train step is traced once, not twice).
+
+`--backend jax` runs the same build, compile and fit on Keras' JAX backend (default: the
+`KERAS_BACKEND` environment variable, else TensorFlow), without importing TensorFlow: the
+synthetic batch comes from a Python generator, and the TensorFlow-only levers (`--grappler`,
+`--strategy` other than auto) are refused and the step is always jitted (XLA: Keras' own
+choice on JAX). `backend_speed.py` runs both backends and PyTorch
+side by side.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ host.use_onednn()
 # (PyTorch's default), channels_last memory (oneDNN's preferred layout on CPU), and
 # channels_last under `torch.autocast("cpu", bfloat16)`, the counterpart of Keras' bfloat16.
 TORCH_CONFIGS = ("eager", "channels-last", "channels-last-bf16")
+
+BACKENDS = ("tensorflow", "jax")
 
 # Grappler presets (tf.config.optimizer.set_experimental_options). "default": TF's own.
 GRAPPLER = {
@@ -69,7 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compare", choices=["torch"],
                    help="also run PyTorch (--torch-config); print ratios")
     p.add_argument("--framework", choices=["keras", "torch"], default="keras",
-                   help=argparse.SUPPRESS)  # used by --compare for its subprocess
+                   help="keras, or the PyTorch reference alone (--torch-config)")
+    p.add_argument("--backend", choices=BACKENDS,
+                   default=os.environ.get("KERAS_BACKEND") or "tensorflow",
+                   help="Keras' backend (default: $KERAS_BACKEND, else %(default)s)")
     p.add_argument("--no-fused", action="store_true", help="scan: Keras BN ops, not fused")
     p.add_argument("--bn-relu", choices=["recompute", "keep"],
                    help="scan's backward pass: recompute each BN + ReLU or keep its output "
@@ -84,6 +96,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.steps < 3 * args.steps_per_execution:
         p.error(f"--steps must be at least 3 executions ({3 * args.steps_per_execution}) to "
                 f"measure a steady rate. Received: --steps {args.steps}")
+    if args.backend != "tensorflow" and args.framework == "keras":
+        tf_only = {"--grappler": args.grappler != "default",
+                   "--strategy": args.strategy not in (None, "auto")}
+        for flag in (f for f, given in tf_only.items() if given):
+            p.error(f"{flag} is a TensorFlow lever. Received: --backend {args.backend}")
+        # Keras' JAX trainer jits the step only with jit_compile (its "auto"); without it
+        # JAX runs op by op, which nobody trains with.
+        args.jit_compile = True
     try:
         args.config = TrainConfig(**{name: getattr(args, name) for name in RECIPE_FLAGS},
                                   overrides={"depth": args.depth} if args.depth else {})
@@ -112,9 +132,12 @@ def summarize(build_s: float, step_times: list[float], batch_size: int, extra: d
 
 def build_model_and_data(args):
     """The model as `keras-preact train` builds and compiles it for `args`, and a repeated
-    synthetic batch; returns `(model, data, build seconds)`."""
+    synthetic batch; returns `(model, data, build seconds)`. On TensorFlow the batch is a
+    repeated `tf.data.Dataset` under the trainer's strategy; on another backend, an endless
+    generator of the same NumPy batch (no TensorFlow imported)."""
+    import contextlib
+
     import numpy as np
-    import tensorflow as tf
 
     import keras_preact
     from keras_preact.arch import scan
@@ -122,11 +145,16 @@ def build_model_and_data(args):
     from keras_preact.training.net import build_and_compile
     from keras_preact.training.resume import resolve_stages
 
-    tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
     spec = keras_preact.resolve(args.model, **args.config.overrides)
     args.stages = resolve_stages(args.stages, spec)  # reported as resolved
-    strategy = distribute.select_strategy(args.strategy)
-    with strategy.scope():
+    if args.backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options(GRAPPLER[args.grappler])
+        scope = distribute.select_strategy(args.strategy).scope()
+    else:
+        scope = contextlib.nullcontext()
+    with scope:
         start = time.perf_counter()
         # Exactly what `keras-preact train` fits (compiling traces nothing in Keras 3).
         model = build_and_compile(args.model, paper_schedule(), args.config,
@@ -138,15 +166,31 @@ def build_model_and_data(args):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch_size, *spec.input_shape)).astype("float32")
     y = rng.integers(0, spec.classes, size=(args.batch_size,)).astype("int64")
-    return model, tf.data.Dataset.from_tensors((x, y)).repeat(), build_s
+    if args.backend == "tensorflow":
+        return model, tf.data.Dataset.from_tensors((x, y)).repeat(), build_s
+
+    def batches():
+        while True:
+            yield x, y
+
+    return model, batches(), build_s
+
+
+def backend_version(backend: str) -> str:
+    import importlib
+
+    return importlib.import_module(backend).__version__
 
 
 def run_keras(args) -> dict:
+    os.environ["KERAS_BACKEND"] = args.backend  # before Keras is imported
     import keras
     import numpy as np
-    import tensorflow as tf
 
     model, data, build_s = build_model_and_data(args)
+    if keras.backend.backend() != args.backend:
+        raise RuntimeError(f"Keras was imported on {keras.backend.backend()!r} before "
+                           f"--backend {args.backend} could take effect.")
 
     class Timer(keras.callbacks.Callback):
         def __init__(self):
@@ -164,9 +208,10 @@ def run_keras(args) -> dict:
     times = [b - a for a, b in zip(ends, ends[1:])]
     params = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
     return summarize(build_s, times, args.batch_size, {
-        "framework": "keras", "trainable_params": params,
+        "framework": "keras", "backend": args.backend, "trainable_params": params,
         "steps_per_execution": args.steps_per_execution, "versions": {
-            "tensorflow": tf.__version__, "keras": keras.__version__}})
+            args.backend: backend_version(args.backend), "keras": keras.__version__},
+        "tensorflow_imported": "tensorflow" in sys.modules})
 
 
 def run_torch(args) -> dict:
@@ -204,7 +249,8 @@ def main(argv=None) -> int:
     if args.framework == "keras":
         result["options"] = {k: getattr(args, k) for k in (
             *RECIPE_FLAGS[1:], "no_fused", "bn_relu", "steps_per_execution", "grappler")}
-        result["onednn"] = not host.onednn_off()
+        if args.backend == "tensorflow":
+            result["onednn"] = not host.onednn_off()
     if reference:
         if reference["trainable_params"] != result["trainable_params"]:
             raise AssertionError(f"Not the same architecture: keras has "
@@ -220,7 +266,8 @@ def main(argv=None) -> int:
         rows = [result] + ([result["torch"]] if "torch" in result else [])
         for r in rows:
             who = (f"torch {r['torch_config']}" if r["framework"] == "torch" else
-                   f"keras (oneDNN {'on' if r['onednn'] else 'off'})")
+                   f"keras (oneDNN {'on' if r['onednn'] else 'off'})" if "onednn" in r else
+                   f"keras ({r['backend']})")
             print(f"{who:>24} {args.model} batch {args.batch_size}: build "
                   f"{r['build_s']:.2f} s, first step {r['first_step_s']:.2f} s, "
                   f"{r['images_per_s']:.2f} images/s, peak RSS {r['peak_rss_mb']:.0f} MB")
