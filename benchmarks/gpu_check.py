@@ -224,6 +224,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.dry_run:
         args.depth = args.depth or DRY_RUN["depth"]
+    if args.one == "keras" and args.dry_run:
+        # As on the GPU machine, which has no TensorFlow: else the trainer would find it here
+        # and write TensorBoard logs with it.
+        sys.modules["tensorflow"] = sys.modules["tensorflow_datasets"] = None
     if args.one:  # one (net, framework) in this process
         result = (run_keras if args.one == "keras" else run_torch)(args)
         print(json.dumps(result))

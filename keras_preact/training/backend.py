@@ -24,9 +24,6 @@ import keras
 from keras_preact import host
 from keras_preact.training import distribute
 
-# The backends whose networks can run scanned stages (`arch.scanned_units`); "auto" picks
-# plain layers elsewhere.
-SCAN_BACKENDS = ("tensorflow",)
 # The backends `train` runs on.
 BACKENDS = ("tensorflow", "jax")
 
@@ -42,11 +39,6 @@ def name() -> str:
 
 def is_jax() -> bool:
     return name() == "jax"
-
-
-def can_scan() -> bool:
-    """Whether this backend runs scanned stages (`SCAN_BACKENDS`)."""
-    return name() in SCAN_BACKENDS
 
 
 def jit_compile(asked: bool) -> bool:

@@ -12,7 +12,6 @@ import os
 
 from keras_preact import rundir
 from keras_preact.arch import scan
-from keras_preact.training import backend
 from keras_preact.training.config import (
     DIVERGED_MAY_CHANGE,
     RESUME_KEYS,
@@ -58,17 +57,13 @@ def check_sessions(output: str) -> None:
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     """The form `train` builds: `"auto"` is the form of an earlier run in `output` (so it
     resumes), else "scan" for the nets it runs (a much faster start and less memory;
-    benchmarks/README.md) on a backend that runs them (`backend.can_scan`), else "layers"."""
+    benchmarks/README.md; on TensorFlow and JAX alike), else "layers"."""
     check_choice("stages", stages, STAGES)
     if stages == "auto":
         stages = (output and saved_config(output).get("stages")) or (
-            "scan" if scan.scannable(spec) and backend.can_scan() else "layers")
+            "scan" if scan.scannable(spec) else "layers")
     if stages == "scan":
         scan.check_scannable(spec)
-        if not backend.can_scan():
-            raise ValueError(f"Scanned stages run on {', '.join(backend.SCAN_BACKENDS)} only "
-                             f"(a run that trained scanned resumes there): use stages="
-                             f"'layers'. Received: stages='scan', KERAS_BACKEND={backend.name()}")
     return stages
 
 

@@ -67,7 +67,7 @@ def test_numpy_arrays_train_on_jax_without_tensorflow(tmp_path):
     assert session["backend"] == "jax" and session["steps"] == [0, 12]
     assert session["machine"].endswith("; JAX one device, replicas: 1")
     config = rundir.read_config(run_dir)
-    assert config["dataset"] == "arrays" and config["stages"] == "layers"
+    assert config["dataset"] == "arrays" and config["stages"] == "scan"  # auto, as on TF
     assert {"jax", "keras", "keras_preact"} <= set(config["versions"])
     with open(run_dir / "metrics.csv") as f:
         assert [line.split(",")[1] for line in f.read().splitlines()[1:]] == ["5", "10", "12"]
@@ -132,7 +132,7 @@ def test_cli_on_jax_trains_tfds_cifar_and_resumes_after_sigkill(tmp_path, cifar1
 
 ERRORS = """
 from keras_preact import training
-for fields in ({"strategy": "tpu"}, {"strategy": "multi-worker"}, {"stages": "scan"}):
+for fields in ({"strategy": "tpu"}, {"strategy": "multi-worker"}):
     try:
         training.train("preact-20", output="/nonexistent/run", **fields)
     except ValueError as error:
@@ -149,8 +149,6 @@ def test_tensorflow_only_flags_are_one_line_errors_on_jax():
         "or 'one-device'. Received: strategy='tpu', KERAS_BACKEND=jax",
         "--strategy multi-worker is TensorFlow's: on JAX use 'mirrored' (the local GPUs or TPU "
         "cores) or 'one-device'. Received: strategy='multi-worker', KERAS_BACKEND=jax",
-        "Scanned stages run on tensorflow only (a run that trained scanned resumes there): use "
-        "stages='layers'. Received: stages='scan', KERAS_BACKEND=jax",
     ]
 
 
