@@ -23,12 +23,13 @@ import tensorflow as tf
 
 import keras_preact
 from keras_preact import cli, files
-from keras_preact.api import preprocessing_of
+from keras_preact.api import load_for_inference, preprocessing_of
 from keras_preact.arch import scan
 from keras_preact.arch.introspect import outputs_logits
 from keras_preact.cli import main as cli_main
 from keras_preact.export import export_model
 from keras_preact.export import runtimes as deploy
+from keras_preact.export.loading import in_float32
 from keras_preact.export.signatures import model_side
 from keras_preact.labels import class_names
 from keras_preact.preprocessing import preprocess_input, resize_for_eval
@@ -111,16 +112,16 @@ def export_and_check(model, images, tmp_path, format: str) -> np.ndarray:
     return check_artifact(model, images, path, format)
 
 
-def check_artifact(model, images, path, format: str) -> np.ndarray:
-    """Runs the artifact at `path`; asserts parity with Keras, top-1 and labels; returns its
-    probabilities."""
+def check_artifact(model, images, path, format: str, labels=None) -> np.ndarray:
+    """Runs the artifact at `path`; asserts parity with Keras, top-1 and labels (default: the
+    class count's); returns its probabilities."""
     got = RUNNERS[format](str(path), images)
     expected = reference(model, images)
     assert got.shape == expected.shape == (len(images), model.output_shape[-1])
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
     np.testing.assert_array_equal(got.argmax(axis=1), expected.argmax(axis=1))
-    assert stored_labels(str(path), format) == list(class_names(model.output_shape[-1]))
+    assert stored_labels(str(path), format) == list(labels or class_names(model.output_shape[-1]))
     return got
 
 
@@ -361,6 +362,7 @@ KILLED_MID_WRITE = """
 import os, signal, sys
 from keras_preact import cli
 from keras_preact.export import runtimes as deploy
+from keras_preact.export.loading import in_float32
 
 format = sys.argv[1]
 write = deploy.WRITERS[format]
@@ -494,3 +496,39 @@ def test_cli_checks_paths_before_the_model_is_built(arguments, message, tmp_path
     assert err.startswith("keras-preact export: error: ") and err.count("\n") == 1
     assert re.search(message.format(tmp=tmp_path), err), err
     assert sorted(os.listdir(tmp_path)) == ["afile", "m.labels.txt"]
+
+
+def test_a_run_trained_on_jax_exports_to_every_format(cifar_images, tmp_path, capsys):
+    """#39: a run that trained on Keras' JAX backend (scanned stages, in a process without
+    TensorFlow) exports from its run dir with `keras-preact export` in this TensorFlow process,
+    to every format; each answers like the run's Keras model."""
+    from tests.training.test_jax import _train_arrays
+
+    run_dir = tmp_path / "jax-run"
+    _train_arrays(run_dir, "bfloat16")
+    assert json.loads((run_dir / "config.json").read_text())["stages"] == "scan"
+    trained = load_for_inference(run_dir)
+    assert "mixed_bfloat16" in {layer.dtype_policy.name for layer in trained.layers}
+    model = in_float32(trained)  # what is exported: the run's weights, computing in float32
+    assert [w.dtype for w in model.weights] == [w.dtype for w in trained.weights]
+    np.testing.assert_array_equal(model.get_weights()[-1], trained.get_weights()[-1])
+    images = cifar_images[:16]
+    for format, suffix in deploy.FORMATS.items():
+        out = tmp_path / f"model{suffix}"
+        assert cli_main(["export", str(run_dir), "--format", format, "-o", str(out)]) == 0
+        check_artifact(model, images, out, format, labels=[str(i) for i in range(10)])
+    assert cli_main(["export", str(run_dir), "--base", str(tmp_path / "base")]) == 0
+    served = tf.saved_model.load(capsys.readouterr().out.strip().splitlines()[-1])
+    probabilities = served.signatures["serving_default"](images=tf.constant(images))
+    np.testing.assert_allclose(probabilities["probabilities"].numpy(), reference(model, images),
+                               atol=TOLERANCE, rtol=0)
+
+
+def test_a_model_that_does_not_compute_in_float32_is_refused_unless_ours(tmp_path):
+    inputs = keras.Input((8, 8, 3))
+    outputs = keras.layers.Dense(2, dtype="mixed_float16")(keras.layers.Flatten()(inputs))
+    with pytest.raises(ValueError, match=re.escape(
+            "Exports compute in float32: rebuild 'mixed' with dtype 'float32' and copy its "
+            "weights in. Received: layers with dtype policies ['float32', 'mixed_float16']")):
+        export_model(keras.Model(inputs, outputs, name="mixed"), tmp_path / "m.onnx", "onnx")
+    assert list(tmp_path.iterdir()) == []
