@@ -87,24 +87,30 @@ def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
                                            "sessions.json"]
 
 
-def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
-    run_dir = tmp_path / "killed"
-    argv = [*TRAIN, "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps", "40",
-            "--steps-per-epoch", "15", "--batch-size", "32", "--val-examples", "0",
-            "--backup-every", "5"]
+def kill_after_backup(argv: list[str], env: dict, run_dir, step: int = 10) -> int:
+    """Starts `argv`, SIGKILLs it once its backup in `run_dir` has reached `step`; returns the
+    backup's step."""
     meta = run_dir / "backup" / "training_metadata.json"
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=_env())
+                             env=env)
     deadline = time.time() + 300
     while time.time() < deadline and first.poll() is None:
-        if meta.exists() and json.loads(meta.read_text())["step"] >= 10:
+        if meta.exists() and json.loads(meta.read_text())["step"] >= step:
             break
         time.sleep(0.2)
     assert first.poll() is None, "training ended before it could be killed"
     first.send_signal(signal.SIGKILL)
     first.wait()
+    return json.loads(meta.read_text())["step"]
+
+
+def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
+    run_dir = tmp_path / "killed"
+    argv = [*TRAIN, "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps", "40",
+            "--steps-per-epoch", "15", "--batch-size", "32", "--val-examples", "0",
+            "--backup-every", "5"]
+    killed_at = kill_after_backup(argv, _env(), run_dir)
     assert not (run_dir / "model.keras").exists()
-    killed_at = json.loads(meta.read_text())["step"]
 
     second = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=_env())
     assert second.returncode == 0, second.stderr[-3000:]

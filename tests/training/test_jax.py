@@ -6,15 +6,14 @@ flags."""
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from keras_preact import rundir
+from tests.training.test_distribute import kill_after_backup
 
 # Run before anything imports: TensorFlow (and TFDS) cannot be imported, as on a JAX machine
 # that has none.
@@ -104,18 +103,7 @@ def test_cli_on_jax_trains_tfds_cifar_and_resumes_after_sigkill(tmp_path, cifar1
             "depth=8", "--output", str(run_dir), "--data-dir", cifar10_data_dir, "--steps", "40",
             "--steps-per-epoch", "15", "--batch-size", "32", "--val-examples", "0",
             "--backup-every", "5", "--mixed-precision", "bfloat16"]
-    meta = run_dir / "backup" / "training_metadata.json"
-    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=_jax_env())
-    deadline = time.time() + 300
-    while time.time() < deadline and first.poll() is None:
-        if meta.exists() and json.loads(meta.read_text())["step"] >= 10:
-            break
-        time.sleep(0.2)
-    assert first.poll() is None, "training ended before it could be killed"
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    killed_at = json.loads(meta.read_text())["step"]
+    killed_at = kill_after_backup(argv, _jax_env(), run_dir)
 
     second = subprocess.run(argv, capture_output=True, text=True, timeout=400, env=_jax_env())
     assert second.returncode == 0, second.stderr[-3000:]
