@@ -143,7 +143,7 @@ def run_keras(args) -> dict:
         "framework": "keras_preact", "backend": keras.backend.backend(), "stages": stages,
         "device": device.device_kind, "steps": len(times), "train_s": round(train_s, 1),
         **peak_memory(jax_peak_mb()), "trainable_params": params,
-        "tensorflow_imported": "tensorflow" in sys.modules,  # the GPU machine has none
+        "tensorflow_imported": sys.modules.get("tensorflow") is not None,  # none on the GPU machine
         "versions": {"jax": jax.__version__, "keras": keras.__version__,
                      "keras_preact": keras_preact.__version__}})
 
