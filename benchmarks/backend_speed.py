@@ -66,7 +66,7 @@ def row(net: str, framework: str, form: str, precision: str, result: dict) -> st
         why = " ".join(result["error"]) or "failed"
         return "| " + " | ".join(cells) + f" | error: {why} | | | |"
     return "| " + " | ".join(cells) + (
-        f" | {result['build_s']:.1f} | {result['first_step_s']:.1f} | "
+        f" | {result['build_s']:.2f} | {result['first_step_s']:.2f} | "
         f"{result['images_per_s']:.1f} | {result['peak_rss_mb']:.0f} |")
 
 
