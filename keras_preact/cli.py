@@ -111,15 +111,22 @@ def import_tensorflow(verbose: bool = False, command: str = "the command line",
     if verbose:
         return
     os.environ.setdefault(TF_LOG_LEVEL, "3")
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+    saved = _native_stderr_to_devnull()
     try:
         import tensorflow  # noqa: F401
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-        os.close(devnull)
+
+
+def _native_stderr_to_devnull() -> int:
+    """Points file descriptor 2, where C++ libraries log, at /dev/null; returns a descriptor
+    of the stderr it was."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    return saved
 
 
 def show_warnings(command: str, verbose: bool) -> None:
@@ -148,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             status = distribute.supervise(lambda number: _stopped(args, number))
             if status is not None:
                 return status
+            if not args.verbose and TF_LOG_LEVEL not in os.environ:
+                # TensorFlow's collectives and coordination service log through absl, which
+                # TF_CPP_MIN_LOG_LEVEL does not silence (a lost peer printed 7 C++ lines
+                # before ours): the worker's C++ stderr goes to /dev/null, Python's stays.
+                sys.stderr = os.fdopen(_native_stderr_to_devnull(), "w", buffering=1)
         return args.func(args) or 0
     except (ValueError, OSError) as e:
         # Bad input and environment failures (a path, a permission, the network) are the

@@ -94,10 +94,10 @@ def connect_guard(timeout: float):
         while time.monotonic() < deadline and os.getppid() == parent:
             time.sleep(0.5)
         if os.getppid() == parent:
-            os.write(2, (f"keras-preact train: error: not every worker of TF_CONFIG "
-                         f"({', '.join(peers)}) connected within {timeout:g} s; start them "
-                         "all with the same TF_CONFIG cluster, or raise --connect-timeout.\n"
-                         ).encode())
+            line = (f"keras-preact train: error: not every worker of TF_CONFIG "
+                    f"({', '.join(peers)}) connected within {timeout:g} s; start them all "
+                    "with the same TF_CONFIG cluster, or raise --connect-timeout.\n")
+            os.write(sys.stderr.fileno(), line.encode())
             os.kill(parent, CONNECT_TIMEOUT_SIGNAL)
         os._exit(0)
     try:
