@@ -34,8 +34,9 @@ Checkpoint = str | os.PathLike | Mapping[str, np.ndarray]
 
 # timm architecture -> the registered network that computes what it computes.
 ARCHS = {f"resnetv2_{depth}": f"preact-{depth}-imagenet-timm" for depth in TIMM_DEPTHS}
-# The overrides `from_timm` accepts: the rest would change what the tensors fit.
-FREE_FIELDS = ("input_shape", "classifier_activation")
+# The overrides `from_timm` accepts: the rest would change what the tensors fit
+# (`include_preprocessing` adds a weightless layer with timm's statistics).
+FREE_FIELDS = ("input_shape", "classifier_activation", "include_preprocessing")
 # PyTorch BatchNorm2d tensors in the order of a Keras BatchNormalization's weights
 # (gamma, beta, moving mean, moving variance); its step counter is not used at inference.
 BN_TENSORS = ("weight", "bias", "running_mean", "running_var")
@@ -150,8 +151,9 @@ def from_timm(checkpoint: Checkpoint, arch: str, **overrides) -> ResNet:
             the `model.safetensors` of `timm/resnetv2_50.a1h_in1k` on the Hugging Face Hub,
             or a dict of numpy arrays keyed like `model.state_dict()`.
         arch: "resnetv2_18", "resnetv2_34", "resnetv2_50" or "resnetv2_101".
-        **overrides: `input_shape` (e.g. `(None, None, 3)`) and `classifier_activation`
-            (default "softmax"; None for timm's logits).
+        **overrides: `input_shape` (e.g. `(None, None, 3)`), `classifier_activation`
+            (default "softmax"; None for timm's logits) and `include_preprocessing` (True:
+            the model takes raw RGB pixels in [0, 255] and normalizes them as timm does).
 
     Returns:
         The registered network `model_name(arch)`, uncompiled, taking NHWC images

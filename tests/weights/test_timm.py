@@ -92,6 +92,22 @@ def test_converted_model_computes_what_timm_computes(timm, arch):
     assert trainable == sum(p.numel() for p in reference.parameters())
 
 
+def test_include_preprocessing_takes_raw_pixels_as_timm_s_normalization_does(tensors18):
+    """The one head override besides the classifier's activation: a weightless first layer
+    with timm's statistics (Inception's 0.5 / 0.5), the checkpoint's tensors unchanged."""
+    from keras_preact import applications
+
+    raw = np.random.default_rng(3).integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
+    baked = timm_weights.from_timm(tensors18, "resnetv2_18", input_shape=(64, 64, 3),
+                                   include_preprocessing=True, classifier_activation=None)
+    plain = timm_weights.from_timm(tensors18, "resnetv2_18", input_shape=(64, 64, 3),
+                                   classifier_activation=None)
+    expected = plain.predict(np.asarray(applications.preprocess_input(raw, "inception")),
+                             verbose=0)
+    np.testing.assert_allclose(baked.predict(raw, verbose=0), expected, rtol=0, atol=1e-4)
+    assert baked.count_params() == plain.count_params()
+
+
 def test_the_paper_s_padding_would_compute_something_else(timm):
     """Why the timm variant is registered apart: the same tensors in a net with TensorFlow's
     SAME padding give other logits (and the paper's stem has no place for them at all)."""
