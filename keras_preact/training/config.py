@@ -37,6 +37,7 @@ RETUNE = "retune"  # the same, except after a divergence (its error advises chan
 SCRATCH = {"steps": CIFAR_RECIPE.steps, "batch_size": CIFAR_RECIPE.batch_size,
            "lr": CIFAR_RECIPE.lr}
 FINE_TUNE = {"steps": 1000, "batch_size": 32, "lr": 0.01, "warmup_steps": 0}
+RECIPE_DEFAULTED = tuple(FINE_TUNE)  # the fields `TrainConfig.recipe` fills
 # What `freeze` keeps as loaded: nothing; BatchNormalization layers (scale, offset and
 # statistics: they run in inference mode); or every layer but the classifier.
 FREEZE = ("none", "bn", "backbone")
@@ -193,11 +194,15 @@ class TrainConfig:
         values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
         return cls(**{**values, "overrides": parse_overrides(args.overrides)})
 
-    def recipe(self) -> TrainConfig:
-        """This config with `steps`, `batch_size`, `lr` and `warmup_steps` left None set to the
-        defaults of its start: `SCRATCH`, or `FINE_TUNE` with `weights` (a warm-up left None
-        from scratch is the trainer's: it depends on the dataset)."""
-        defaults = FINE_TUNE if self.weights is not None else SCRATCH
+    def recipe(self, resumed: dict | None = None) -> TrainConfig:
+        """This config with `steps`, `batch_size`, `lr` and `warmup_steps` left None set to
+        what the run it resumes recorded (`resumed`, its config.json: so a rerun of the same
+        command resumes even where a later version changed a default), else to the defaults
+        of its start: `SCRATCH`, or `FINE_TUNE` with `weights` (a warm-up left None from
+        scratch is the trainer's: it depends on the dataset)."""
+        defaults = {**(FINE_TUNE if self.weights is not None else SCRATCH),
+                    **{k: v for k, v in (resumed or {}).items()
+                       if k in RECIPE_DEFAULTED and v is not None}}
         filled = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         return dataclasses.replace(self, **filled) if filled else self
 

@@ -21,7 +21,7 @@ from keras_preact.training import backend, distribute
 from keras_preact.training import start as run_start
 from keras_preact.training.config import TrainConfig, absolute_paths
 from keras_preact.training.net import check_recompute
-from keras_preact.training.resume import check_sessions, resolve_stages
+from keras_preact.training.resume import check_sessions, resolve_stages, resumable_config
 from keras_preact.weights import records
 
 # The paper warms up for 400 of its 64,000 CIFAR iterations; any other run length keeps that
@@ -73,7 +73,7 @@ def make_plan(model: str, config: TrainConfig | None = None, *, output: str,
     The strategy is made before the data is touched: MultiWorkerMirroredStrategy sets up
     collectives at TensorFlow start-up (on JAX: `backend.select`)."""
 
-    config, source = _recipe(config, class_names, fields)
+    config, source = _recipe(config, class_names, fields, output)
     spec, config = _network(model, config, source)
     start = None if config.weights is None else run_start.start_from(model, spec,
                                                                       config.weights)
@@ -116,17 +116,19 @@ def default_warmup_steps(steps: int, family: str) -> int:
     return round(steps * CIFAR_WARMUP_SHARE) if family == "cifar" else 0
 
 
-def _recipe(config: TrainConfig | None, class_names, fields: dict
+def _recipe(config: TrainConfig | None, class_names, fields: dict, output: str
             ) -> tuple[TrainConfig, sources.Source]:
-    """The recipe (`config` with `fields` replaced, its defaults filled, its paths absolute)
-    and its data source. `fields["dataset"]` may be a name, a resolved `sources.Source` (the
-    command line's, resolved before TensorFlow started) or the caller's tf.data.Dataset."""
+    """The recipe (`config` with `fields` replaced, what it leaves None filled as the run in
+    `output` had it or by default, its paths absolute) and its data source. `fields["dataset"]`
+    may be a name, a resolved `sources.Source` (the command line's, resolved before TensorFlow
+    started) or the caller's tf.data.Dataset."""
     data = fields.get("dataset")
     given = data is not None and not isinstance(data, str)  # not a name to resolve
     if given:
         fields = {**fields, "dataset": data.name if isinstance(data, sources.Source)
                   else sources.ARRAYS if isinstance(data, tuple) else sources.IN_MEMORY}
-    config = dataclasses.replace(config or TrainConfig(), **fields).recipe()
+    config = dataclasses.replace(config or TrainConfig(), **fields).recipe(
+        resumable_config(output) if os.path.isdir(output) else {})
     config = dataclasses.replace(config, **absolute_paths(dataclasses.asdict(config)))
     return config, sources.resolve(data if given else config.dataset, config.data_dir,
                                    class_names)

@@ -67,14 +67,22 @@ def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     return stages
 
 
+def resumable_config(output: str) -> dict:
+    """The config.json of the run a train in `output` would resume, or {}: only a run with a
+    backup has something to resume (a start that failed before its first backup is simply
+    replaced)."""
+    if not os.path.exists(os.path.join(output, rundir.BACKUP, rundir.BACKUP_FILE)):
+        return {}
+    return saved_config(output)
+
+
 def resume_config(output: str, config: dict) -> dict:
     """The config a run in `output` continues with: `config`, checked against the run it
     resumes. Only a run with a backup has something to resume (a start that failed before
     its first backup is simply replaced); it resumes with the same recipe (`RESUME_KEYS`),
     except that a diverged run may change `DIVERGED_MAY_CHANGE`, recorded under "changes"."""
-    before = saved_config(output)
-    if not before or not os.path.exists(os.path.join(output, rundir.BACKUP,
-                                                     rundir.BACKUP_FILE)):
+    before = resumable_config(output)
+    if not before:
         return config
     # A run recorded before paths were made absolute compares as this directory resolves it.
     earlier, now = absolute_paths(before), absolute_paths(config)

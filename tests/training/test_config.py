@@ -251,6 +251,34 @@ def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, 
     assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}
 
 
+def test_a_rerun_leaving_the_recipe_to_its_defaults_resumes_with_the_run_s_own(
+        tmp_path, monkeypatch):
+    """steps, batch_size, lr and warm-up left unset take the resumed run's recorded values,
+    not today's defaults: a fine-tune made when its default batch was 128 (now 32) resumed
+    only with `--batch-size 128` (#43). Where there is nothing to resume, the defaults."""
+    import numpy as np
+    import PIL.Image
+
+    from keras_preact.training import trainer
+
+    for name in ("cat", "dog"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for i in range(3):
+            PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
+                tmp_path / "images" / name / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trainer, "_fit", lambda plan, **where: plan.config)
+    fixed = dict(dataset="images", val_examples=1, overrides={"depth": 8})
+    trainer.train("preact-20", output="run", steps=3, batch_size=2, lr=0.05, **fixed)
+    (tmp_path / "run" / rundir.BACKUP).mkdir()
+    (tmp_path / "run" / rundir.BACKUP / rundir.BACKUP_FILE).write_bytes(b"")
+    resumed = trainer.train("preact-20", output="run", **fixed)
+    assert (resumed.steps, resumed.batch_size, resumed.lr) == (3, 2, 0.05)
+    (tmp_path / "run" / rundir.BACKUP / rundir.BACKUP_FILE).unlink()  # nothing to resume
+    with pytest.raises(ValueError, match=r"Received: val_examples=1, batch_size=128$"):
+        trainer.train("preact-20", output="run", **fixed)
+
+
 def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, monkeypatch):
     """`--dataset images/`, `images` and its absolute path (and `--weights` likewise) name one
     folder: config.json records it absolute, and the rerun resumes instead of being refused
