@@ -122,6 +122,21 @@ def import_tensorflow(verbose: bool = False, command: str = "the command line",
         os.close(devnull)
 
 
+def mute_native_output() -> None:
+    """Sends what C++ code writes to stdout and stderr (file descriptors 1 and 2) to
+    /dev/null, Python's own lines (sys.stdout, sys.stderr) to where they went: the lines of
+    a multi-process JAX run's collectives and distributed service (Gloo's "[Gloo] Rank 0 is
+    connected to 1 peer ranks", the log lines and stack dump of an abort when a peer is
+    lost, which the supervising parent tells in one line: `distribute.supervise`)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        getattr(sys, name).flush()
+        python_fd = os.dup(fd)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        setattr(sys, name, os.fdopen(python_fd, "w", buffering=1))
+
+
 def show_warnings(command: str, verbose: bool) -> None:
     """keras_preact's own warnings as one `keras-preact CMD: warning: ...` line; other
     libraries' only with --verbose."""
@@ -143,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     show_warnings(args.command, args.verbose)
     try:
-        if argv is None and args.command == "train" and distribute.cluster_workers() > 1:
-            # So that a connect timeout exits 2, not 138, and any stop signal ends both.
-            status = distribute.supervise(lambda number: _stopped(args, number))
+        if argv is None and args.command == "train" and distribute.multi_worker():
+            # So that a connect timeout exits 2, not 138, any stop signal ends both, and a
+            # lost JAX peer is one line, not an abort's C++ dump.
+            status = distribute.supervise(lambda number: _stopped(args, number),
+                                          lambda: _peer_lost(args))
             if status is not None:
                 return status
+            if os.environ.get(KERAS_BACKEND) == "jax" and not args.verbose:
+                mute_native_output()
         return args.func(args) or 0
     except (ValueError, OSError) as e:
         # Bad input and environment failures (a path, a permission, the network) are the
@@ -160,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # teardown, which joins its thread pools for seconds
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _peer_lost(args: argparse.Namespace) -> None:
+    """The one line of a worker that JAX's distributed service ended (a peer was lost)."""
+    print(f"keras-preact {args.command}: error: {distribute.PEER_LOST}", file=sys.stderr,
+          flush=True)
 
 
 def _stopped(args: argparse.Namespace, number: int) -> None:
