@@ -302,3 +302,26 @@ def test_bad_arrays_are_one_line_errors(dataset, message):
     with pytest.raises(ValueError) as error:
         sources.resolve(dataset, class_names=[str(i) for i in range(10)])
     assert str(error.value) == message
+
+
+def test_a_process_that_stops_answering_ends_the_other_after_the_heartbeat_timeout(
+        tmp_path, cifar10_data_dir):
+    """A process that hangs (SIGSTOP: its sockets stay open, its collectives never fail)
+    ends the other once JAX's distributed service misses its heartbeats for
+    HEARTBEAT_TIMEOUT_S: the service aborts it, and the supervising parent says so in one
+    line, exit 1, instead of an abort's C++ dump or a wait without end."""
+    run_dir = tmp_path / "hung"
+    processes = _start_processes(_cli(run_dir, cifar10_data_dir, 60, 20, 4))
+    wait_for_backup(processes, run_dir, 4)
+    supervisor = processes[1].pid
+    with open(f"/proc/{supervisor}/task/{supervisor}/children") as f:
+        [worker] = [int(pid) for pid in f.read().split()]  # the process that trains
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        status, _, err = _outputs(processes[:1])[0]
+    finally:
+        processes[1].kill()  # and with it the stopped worker (PR_SET_PDEATHSIG)
+        processes[1].wait()
+    assert status == distribute.PEER_LOST_EXIT, err[-3000:]
+    assert re.fullmatch(WAITING + re.escape(f"keras-preact train: error: {distribute.PEER_LOST}")
+                        + "\n", err), err[-3000:]
