@@ -325,3 +325,24 @@ def test_a_process_that_stops_answering_ends_the_other_after_the_heartbeat_timeo
     assert status == distribute.PEER_LOST_EXIT, err[-3000:]
     assert re.fullmatch(WAITING + re.escape(f"keras-preact train: error: {distribute.PEER_LOST}")
                         + "\n", err), err[-3000:]
+
+
+def test_a_process_whose_peers_never_come_ends_after_the_connect_timeout(tmp_path):
+    """--connect-timeout bounds the wait as under TF_CONFIG: one line, exit 2, nothing
+    written (JAX's own timeout, which aborts, would come JAX_INIT_MARGIN_S later)."""
+    run_dir = tmp_path / "alone"
+    coordinator = f"localhost:{_free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_preact.cli", "train", "preact-20", "--output",
+         str(run_dir), "--strategy", "multi-worker", "--connect-timeout", "3"],
+        capture_output=True, text=True, timeout=300, env=_process_env(coordinator, 0))
+    assert done.returncode == distribute.CONNECT_TIMEOUT_EXIT, done.stderr[-3000:]
+    group = f"KERAS_DISTRIBUTION_NUM_PROCESSES=2 (coordinator {coordinator})"
+    assert done.stderr.splitlines() == [
+        f"keras-preact: waiting for the 2 processes of {group} to connect, at most 3 s "
+        "(--connect-timeout)",
+        f"keras-preact train: error: not every process of {group} connected within 3 s; start "
+        "every one with the same KERAS_DISTRIBUTION_JOB_ADDRESSES and "
+        "KERAS_DISTRIBUTION_NUM_PROCESSES and its own KERAS_DISTRIBUTION_PROCESS_ID, or raise "
+        "--connect-timeout."]
+    assert not run_dir.exists()
