@@ -111,7 +111,7 @@ def import_tensorflow(verbose: bool = False, command: str = "the command line",
     if verbose:
         return
     os.environ.setdefault(TF_LOG_LEVEL, "3")
-    saved = _native_stderr_to_devnull()
+    saved = _to_devnull(2)
     try:
         import tensorflow  # noqa: F401
     finally:
@@ -119,14 +119,26 @@ def import_tensorflow(verbose: bool = False, command: str = "the command line",
         os.close(saved)
 
 
-def _native_stderr_to_devnull() -> int:
-    """Points file descriptor 2, where C++ libraries log, at /dev/null; returns a descriptor
-    of the stderr it was."""
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+def _to_devnull(fd: int) -> int:
+    """Points file descriptor `fd` (1 or 2: where C++ libraries write) at /dev/null, after
+    flushing Python's stream on it; returns a new descriptor of what it was."""
+    (sys.stdout if fd == 1 else sys.stderr).flush()
+    saved, devnull = os.dup(fd), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
     os.close(devnull)
     return saved
+
+
+def mute_native_output() -> None:
+    """Sends what C++ code writes to stdout and stderr (file descriptors 1 and 2) to
+    /dev/null, Python's own lines (sys.stdout, sys.stderr) to where they went: the lines of
+    a multi-worker run's collectives and coordination services, which log through absl
+    whatever TF_CPP_MIN_LOG_LEVEL says (TensorFlow's lost peer printed 7 lines before ours),
+    Gloo's "[Gloo] Rank 0 is connected to 1 peer ranks" on stdout, and the stack dump of a
+    JAX abort when a peer is lost, which the supervising parent tells in one line
+    (`distribute.supervise`)."""
+    sys.stdout = os.fdopen(_to_devnull(1), "w", buffering=1)
+    sys.stderr = os.fdopen(_to_devnull(2), "w", buffering=1)
 
 
 def show_warnings(command: str, verbose: bool) -> None:
@@ -150,16 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     show_warnings(args.command, args.verbose)
     try:
-        if argv is None and args.command == "train" and distribute.cluster_workers() > 1:
-            # So that a connect timeout exits 2, not 138, and any stop signal ends both.
-            status = distribute.supervise(lambda number: _stopped(args, number))
+        if argv is None and args.command == "train" and distribute.multi_worker():
+            # So that a connect timeout exits 2, not 138, any stop signal ends both, and a
+            # lost JAX peer is one line, not an abort's C++ dump.
+            status = distribute.supervise(lambda number: _stopped(args, number),
+                                          lambda: _peer_lost(args))
             if status is not None:
                 return status
             if not args.verbose and TF_LOG_LEVEL not in os.environ:
-                # TensorFlow's collectives and coordination service log through absl, which
-                # TF_CPP_MIN_LOG_LEVEL does not silence (a lost peer printed 7 C++ lines
-                # before ours): the worker's C++ stderr goes to /dev/null, Python's stays.
-                sys.stderr = os.fdopen(_native_stderr_to_devnull(), "w", buffering=1)
+                mute_native_output()
         return args.func(args) or 0
     except (ValueError, OSError) as e:
         # Bad input and environment failures (a path, a permission, the network) are the
@@ -172,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()  # teardown, which joins its thread pools for seconds
             os._exit(INTERRUPTED)
         return INTERRUPTED
+
+
+def _peer_lost(args: argparse.Namespace) -> None:
+    """The one line of a worker that JAX's distributed service ended (a peer was lost)."""
+    print(f"keras-preact {args.command}: error: {distribute.PEER_LOST}", file=sys.stderr,
+          flush=True)
 
 
 def _stopped(args: argparse.Namespace, number: int) -> None:

@@ -19,7 +19,8 @@ MODULES = ["keras_preact", "keras_preact.api", "keras_preact.arch.specs", "keras
            "keras_preact.data.catalog",
            "keras_preact.export.runtimes", "keras_preact.paper", "keras_preact.arch.network",
            "keras_preact.arch.scanned_units", "keras_preact.weights.storage",
-           "keras_preact.weights.records", "keras_preact.host", "keras_preact.weights.timm"]
+           "keras_preact.weights.records", "keras_preact.host", "keras_preact.weights.timm",
+           "keras_preact.training.distribute", "keras_preact.data.arrays"]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

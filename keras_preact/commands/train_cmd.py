@@ -28,8 +28,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-download", dest="download", action="store_false",
                    help="fail instead of letting TFDS download a dataset that is not prepared")
     p.add_argument("--connect-timeout", type=float, default=None, metavar="SECONDS",
-                   help="multi-worker: how long to wait for the other workers of TF_CONFIG "
-                   f"(default: {CONNECT_TIMEOUT_S:g})")
+                   help="multi-worker: how long to wait for the other workers (of TF_CONFIG; "
+                   f"on JAX of KERAS_DISTRIBUTION_NUM_PROCESSES) (default: {CONNECT_TIMEOUT_S:g})")
     p.set_defaults(func=run, on_interrupt="rerun the same command to resume")
 
 
@@ -49,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
                                verbose=1 if sys.stdout.isatty() else 2,
                                connect_timeout=args.connect_timeout, dataset=source)
     except training.TrainingStopped as e:  # a divergence, a lost worker: what to do next
-        print(f"keras-preact train: error: {e}", file=sys.stderr)
+        print(f"keras-preact train: error: {e}", file=sys.stderr, flush=True)
+        if isinstance(e, training.WorkerLost) and os.environ.get("KERAS_BACKEND") == "jax":
+            # JAX's exit would wait for the lost peer at its shutdown barrier, then abort.
+            sys.stdout.flush()
+            os._exit(1)
         return 1
     # Printed by every worker: equal digests show that all workers hold the same weights.
     print(f"keras-preact: finished at step {int(model.optimizer.iterations.numpy())}; "

@@ -39,10 +39,23 @@ def check(dataset: tuple, classes: int) -> tuple[np.ndarray, np.ndarray]:
     return images, labels.astype(np.int64)
 
 
-def select(arrays: tuple[np.ndarray, np.ndarray], split: str):
-    """`split` ("all", "all[:-N]", "all[-N:]": `pipeline.train_val_splits`) of the arrays."""
+def select(arrays: tuple[np.ndarray, np.ndarray], split: str,
+           shard: tuple[int, int] | None = None):
+    """`split` ("all", "all[:-N]", "all[-N:]": `pipeline.train_val_splits`) of the arrays;
+    with `shard` (`(index, count)`), part `index` of `count` equal parts of it (every
+    `count`-th pair from `index`, the last `len % count` left out).
+
+    Example:
+    >>> select((np.arange(7), np.arange(7)), "all[:-1]", shard=(1, 2))[0]
+    array([1, 3, 5])
+    """
     part = folders.select(split)
-    return tuple(a[part] for a in arrays)
+    chosen = tuple(a[part] for a in arrays)
+    if shard is None:
+        return chosen
+    index, count = shard
+    equal = len(chosen[1]) // count * count
+    return tuple(a[:equal][index::count] for a in chosen)
 
 
 def augment_cifar(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:

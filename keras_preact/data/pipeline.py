@@ -65,19 +65,39 @@ def _preprocessing(source, preprocessing):
     return FAMILY_PREPROCESSING[source.info.family]
 
 
-def _load(source, split: str, shuffle_files: bool, seed: int | None = None):
+def local_batch(batch_size: int, shard: tuple[int, int] | None) -> int:
+    """What one process batches: the global `batch_size`, or its `shard`'s share of it
+    (`(index, count)` of a multi-process JAX run, which checked that count divides it)."""
+    return batch_size if shard is None else batch_size // shard[1]
+
+
+def _sharded(ds, shard: tuple[int, int] | None):
+    """Part `index` of `count` equal parts of finite `ds` (the last `len % count` elements
+    left out): every process of a run then reads as many batches, the same sizes."""
+    if shard is None:
+        return ds
+    index, count = shard
+    return ds.take(count_examples(ds) // count * count).shard(count, index)
+
+
+def _load(source, split: str, shuffle_files: bool, seed: int | None = None,
+          shard: tuple[int, int] | None = None):
     """`(uint8 RGB image, int64 label)` pairs of `split` of `source` (`_source`): of a TFDS
     dataset (grayscale and RGBA converted), an image folder (as listed once), or a
-    `tf.data.Dataset`."""
+    `tf.data.Dataset`; with `shard` (`(index, count)`), part `index` of `count` equal parts
+    of them (TFDS reads only its own: `tfds.even_splits`)."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
     if isinstance(source, sources.Source) and source.kind == sources.IN_MEMORY_KIND:
         source = source.images
     if isinstance(source, tf.data.Dataset):
-        return _slice(source, split).map(lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
+        return _sharded(_slice(source, split), shard).map(
+            lambda x, y: (to_rgb(x), tf.cast(y, tf.int64)))
     if source.kind == sources.FOLDER:
-        return folders.load(source.folder, split)
+        return _sharded(folders.load(source.folder, split), shard)
+    if shard is not None:
+        split = tfds.even_splits(split, n=shard[1], drop_remainder=True)[shard[0]]
     ds = tfds.load(
         source.name,
         split=split,
@@ -150,6 +170,7 @@ def train_dataset(
     *,
     preprocessing=None,
     deterministic: bool = False,
+    shard: tuple[int, int] | None = None,
 ):
     """Infinite, augmented, shuffled, normalized `(images, labels)` batches of `batch_size`
     of `split` of `name`: a dataset's name (TFDS or a folder, in `data_dir`), a resolved
@@ -163,16 +184,19 @@ def train_dataset(
     ImageNet nets, then normalized with its statistics. `deterministic`: the same batches in
     the same order on every run with the same `seed`. NumPy arrays (a `sources.Source` of
     `sources.ARRAYS_KIND`) give an `arrays.Batches` (always deterministic) instead.
+    `shard` (`(index, count)`, a process of a multi-process JAX run, `backend.Replicas`):
+    part `index` of `count` equal parts of the split, in batches of `batch_size // count`.
     """
     if _is_arrays(name):
-        return arrays.Batches(arrays.select(name.images, split), batch_size,
+        return arrays.Batches(arrays.select(name.images, split, shard),
+                              local_batch(batch_size, shard),
                               _fitting_arrays(name, preprocessing, image_size), train=True,
                               seed=seed)
     import tensorflow as tf
 
     source = _source(name, data_dir)
     preprocessing = _preprocessing(source, preprocessing)
-    ds = _load(source, split, shuffle_files=True, seed=seed)
+    ds = _load(source, split, shuffle_files=True, seed=seed, shard=shard)
     if preprocessing.crop_pct is None:  # whole small images: CIFAR's augmentation
         if not _cifar_sized(source):
             ds = ds.map(lambda x, y: (_resized(x, preprocessing, image_size), y),
@@ -188,7 +212,7 @@ def train_dataset(
         ds = ds.map(
             lambda x, y: (augment_imagenet(x, size), y), num_parallel_calls=tf.data.AUTOTUNE
         )
-    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.batch(local_batch(batch_size, shard), drop_remainder=True)
     ds = ds.map(
         lambda x, y: (_normalized(x, preprocessing), y),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -289,13 +313,15 @@ def eval_dataset(
     image_size: int | None = None,
     *,
     preprocessing=None,
+    shard: tuple[int, int] | None = None,
 ):
     """Un-augmented batches of `split` of `name` (as `train_dataset` takes it) with the shared
     eval geometry (CIFAR 32; ImageNet 256 -> 224; timm's nets their source's), for a network
-    taking `preprocessing` (default: the dataset's family's); NumPy arrays as `train_dataset`
-    takes them."""
+    taking `preprocessing` (default: the dataset's family's); NumPy arrays and `shard` as
+    `train_dataset` takes them."""
     if _is_arrays(name):
-        return arrays.Batches(arrays.select(name.images, split), batch_size,
+        return arrays.Batches(arrays.select(name.images, split, shard),
+                              local_batch(batch_size, shard),
                               _fitting_arrays(name, preprocessing, image_size), train=False)
     import tensorflow as tf
 
@@ -303,12 +329,12 @@ def eval_dataset(
 
     source = _source(name, data_dir)
     preprocessing = _preprocessing(source, preprocessing)
-    ds = _load(source, split, shuffle_files=False)
+    ds = _load(source, split, shuffle_files=False, shard=shard)
 
     def prepare(image, label):
         image = resize_for_eval(image, preprocessing, image_size)
         return _normalized(image, preprocessing), label
 
     ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(batch_size)
+    ds = ds.batch(local_batch(batch_size, shard))
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())

@@ -10,6 +10,12 @@ one XLA program over the global batch, so BatchNormalization's batch statistics 
 whole global batch's (synchronized BN, as if on one device). TensorFlow's MirroredStrategy
 keeps each replica's own (BN over each device's share, like the paper's 2-GPU Torch runs).
 
+On JAX `--strategy multi-worker` (and "auto" when `KERAS_DISTRIBUTION_NUM_PROCESSES` > 1)
+is DataParallel over every process' devices, started from the variables
+`keras.distribution.initialize` reads (`distribute.jax_cluster`): each process reads its
+own shard of the input (`Replicas.input_shard`) in batches of its share of the global batch,
+and each step is still one program over the global batch (BN statistics included).
+
 Nothing here imports TensorFlow on JAX: a JAX machine without TensorFlow trains from NumPy
 arrays (`data.arrays`).
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 
 import keras
 
@@ -56,6 +63,10 @@ class Replicas:
     is_chief: bool  # whether this process writes the run's files
     tf_strategy: object = None  # the tf.distribute strategy (TensorFlow only)
     workers: int = 0  # processes of a multi-worker run (0: a single process)
+    # (index, count): the shard of the input this process reads, in batches of 1/count of
+    # the global batch, where the backend leaves that to us (JAX with several processes);
+    # None: all of it, in global batches (tf.distribute shards and splits them itself).
+    input_shard: tuple[int, int] | None = None
 
     def scope(self):
         """The context to build the model in: the tf.distribute strategy's scope; on JAX
@@ -74,8 +85,10 @@ class Replicas:
 def select(strategy: str, connect_timeout: float) -> Replicas:
     """The `Replicas` of `--strategy strategy` on this backend (call before any other
     TensorFlow or JAX work: MultiWorkerMirroredStrategy configures collectives at start-up).
-    On JAX: "auto" is "mirrored" with several local GPUs (or TPU cores), else "one-device";
-    "tpu" and "multi-worker" are TensorFlow's, one-line errors."""
+    On JAX: "auto" is "multi-worker" when `KERAS_DISTRIBUTION_NUM_PROCESSES` > 1, else
+    "mirrored" with several local GPUs (or TPU cores), else "one-device"; "multi-worker"
+    waits at most `connect_timeout` seconds for the other processes (`start_processes`);
+    "tpu" is TensorFlow's, a one-line error."""
     if strategy not in distribute.STRATEGIES:
         raise ValueError(f"Unknown strategy {strategy!r}. "
                          f"Valid strategies: {list(distribute.STRATEGIES)}.")
@@ -86,10 +99,12 @@ def select(strategy: str, connect_timeout: float) -> Replicas:
                         distribute.cluster_workers())
     import jax
 
-    if strategy in ("tpu", "multi-worker"):
+    if strategy == "tpu":
         raise ValueError(f"--strategy {strategy} is TensorFlow's: on JAX use 'mirrored' (the "
-                         f"local GPUs or TPU cores) or 'one-device'. Received: "
+                         f"local GPUs or TPU cores), 'multi-worker' or 'one-device'. Received: "
                          f"strategy={strategy!r}, KERAS_BACKEND=jax")
+    if strategy == "multi-worker" or (strategy == "auto" and distribute.jax_processes() > 1):
+        return start_processes(connect_timeout)
     devices = jax.local_devices()
     if strategy == "auto":
         accelerators = [d for d in devices if d.platform != "cpu"]
@@ -99,6 +114,38 @@ def select(strategy: str, connect_timeout: float) -> Replicas:
         return Replicas("JAX one device", 1, jax.process_index() == 0)
     keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
     return Replicas("DataParallel", len(devices), jax.process_index() == 0)
+
+
+def start_processes(connect_timeout: float) -> Replicas:
+    """Joins this process to the others of a multi-process JAX run (`distribute.jax_cluster`)
+    and sets DataParallel over all their devices; the `Replicas` of this process.
+
+    What `keras.distribution.initialize` does, with the timeouts it cannot pass on:
+    `jax.distributed.initialize`, then the same random seed in every process (Keras'
+    `initialize_rng`: the same initial weights). The wait for the others is bounded by
+    `distribute.connect_guard`, JAX's own later (it aborts); a process silent for
+    `distribute.HEARTBEAT_TIMEOUT_S` ends the others. Cross-process collectives on CPU are
+    Gloo's unless `JAX_CPU_COLLECTIVES_IMPLEMENTATION` says otherwise. Each process reads
+    its own part of the data (Keras' `auto_shard_dataset` is for tf.data under TensorFlow).
+    """
+    import jax
+    from keras.src.backend.jax.distribution_lib import initialize_rng
+
+    coordinator, count, index = distribute.jax_cluster()
+    if not jax.distributed.is_initialized():
+        if "JAX_CPU_COLLECTIVES_IMPLEMENTATION" not in os.environ:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        with distribute.connect_guard(connect_timeout, distribute.jax_peers()):
+            jax.distributed.initialize(
+                coordinator, count, index,
+                initialization_timeout=int(connect_timeout + distribute.JAX_INIT_MARGIN_S),
+                heartbeat_timeout_seconds=distribute.HEARTBEAT_TIMEOUT_S)
+        initialize_rng()
+    devices = jax.devices()
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False))
+    return Replicas("DataParallel", len(devices), index == 0, workers=count,
+                    input_shard=(index, count))
 
 
 def gpu_count() -> int:

@@ -55,15 +55,21 @@ def sane_loss(loss, classes: int) -> bool:
 
 class TrainingGuard(keras.callbacks.Callback):
     """Stops fit exactly at `total_steps` optimizer iterations, and at the first non-finite
-    loss (like `TerminateOnNaN`, but it remembers the step for the error message)."""
+    loss (like `TerminateOnNaN`, but it remembers the step for the error message). `step`:
+    the optimizer step of the last batch fit finished, which stays readable when the
+    model's state is not (on JAX, after a collective failed for a lost peer)."""
 
     def __init__(self, total_steps: int):
         super().__init__()
         self.total_steps = total_steps
         self.nan_step: int | None = None
+        self.step: int | None = None
+
+    def on_train_begin(self, logs=None):
+        self.step = optimizer_step(self.model)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = optimizer_step(self.model)
+        step = self.step = optimizer_step(self.model)
         if not _finite((logs or {}).get("loss")):
             self.nan_step = step
             self.model.stop_training = True
@@ -113,16 +119,17 @@ class RunBackup(keras.callbacks.Callback):
       backup is first written as `PENDING_FILE` and becomes the newest one only once the
       next step's loss is sane. The last good backup survives a divergence;
     - atomic files (`keras_preact.files`), the previous backup kept beside the newest;
-    - multi-worker safety: only the chief writes (`chief=False` saves nothing).
+    - multi-worker: every worker saves, each into a `backup_dir` of its own (the chief's in
+      the run dir, the others' in their temp dirs): on JAX every process of a run must
+      take part in each save.
     """
 
     def __init__(self, backup_dir: str, *, every: int, steps_per_epoch: int,
-                 chief: bool = True, saved_step: int | None = None):
+                 saved_step: int | None = None):
         super().__init__()
         self.backup_dir = backup_dir
         self.every = every
         self.steps_per_epoch = steps_per_epoch
-        self.chief = chief
         self.saved_step = saved_step  # of the newest good backup
         self.pending_step = None  # of the backup waiting for its loss
         self.mean_loss = 0.0  # fit's running mean over the epoch, up to the last batch
@@ -149,10 +156,9 @@ class RunBackup(keras.callbacks.Callback):
         if not all(np.isfinite(v.numpy()).all() for v in self.model.weights):
             return
         self.pending_step = step
-        if self.chief:
-            os.makedirs(self.backup_dir, exist_ok=True)
-            with atomic_path(os.path.join(self.backup_dir, PENDING_FILE)) as tmp:
-                self.model.save_weights(tmp, overwrite=True)
+        os.makedirs(self.backup_dir, exist_ok=True)
+        with atomic_path(os.path.join(self.backup_dir, PENDING_FILE)) as tmp:
+            self.model.save_weights(tmp, overwrite=True)
 
     def _confirm(self, good: bool):
         """The pending backup becomes the newest (`good`) or is dropped."""
@@ -160,8 +166,6 @@ class RunBackup(keras.callbacks.Callback):
         if not good:
             return
         self.saved_step = step
-        if not self.chief:
-            return
         latest = os.path.join(self.backup_dir, BACKUP_FILE)
         if os.path.exists(latest):
             os.replace(latest, os.path.join(self.backup_dir, PREVIOUS_FILE))
@@ -196,13 +200,14 @@ class SessionLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.record()
 
-    def record(self):
-        """Brings this process' entry up to date; also called when fit ends otherwise (an
-        exception, Ctrl-C, a lost worker), which Keras tells no callback."""
+    def record(self, step: int | None = None):
+        """Brings this process' entry up to date, at `step` (default: the model's); also
+        called when fit ends otherwise (an exception, Ctrl-C, a lost worker), which Keras
+        tells no callback."""
         if self.entry is None:  # fit did not start
             return
         self.entry["seconds"] = round(time.monotonic() - self.started, 1)
-        self.entry["steps"][1] = optimizer_step(self.model)
+        self.entry["steps"][1] = optimizer_step(self.model) if step is None else step
         write_sessions(self.run_dir, self.sessions)
 
 

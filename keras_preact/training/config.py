@@ -126,8 +126,14 @@ class TrainConfig:
         f"{100 * TFDS_VAL_SHARE:g}%% of its train)", resume=KEEP)
     steps_per_epoch: int | None = field(
         None, "iterations per epoch (default: training examples // batch size)", resume=KEEP)
-    strategy: str = field("auto", "tf.distribute strategy (default %(default)s)",
-                          choices=STRATEGIES)
+    strategy: str = field(
+        "auto", "devices and processes to train over: on TensorFlow the tf.distribute "
+        "strategy (multi-worker: MultiWorkerMirroredStrategy from TF_CONFIG); on JAX "
+        "keras.distribution (mirrored: DataParallel over the local devices; multi-worker: over "
+        "every process' devices, from KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and "
+        "_PROCESS_ID; tpu is TensorFlow's). auto: multi-worker when those name several "
+        "workers, mirrored with several GPUs, else one-device (default %(default)s)",
+        choices=STRATEGIES)
     mixed_precision: str = field("off", "compute dtype (default %(default)s)", resume=KEEP,
                                  choices=tuple(MIXED_PRECISION))
     jit_compile: bool = field(False, "compile steps with XLA")

@@ -146,8 +146,9 @@ def run(plan: TrainPlan, *, verbose: int = 1) -> keras.Model:
 
 
 def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.Model:
-    """Fits `plan` with `model.fit` under its strategy, logging into `run_dir`, backing up
-    into the run dir's backup (the chief's, which every worker resumes from)."""
+    """Fits `plan` with `model.fit` under its strategy, logging and backing up into
+    `run_dir` (every worker saves its backup, as JAX needs every process in a save; the
+    chief's, in the run dir, is the one every worker resumes from)."""
     config, spec, start, strat = plan.config, plan.spec, plan.start, plan.strategy
     if config.deterministic:
         if not backend.is_jax():  # process-wide: TensorFlow has no public way back
@@ -158,15 +159,16 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
     steps, spe = config.steps, config.steps_per_epoch
     size = spec.input_shape[0]
     preprocessing = records.preprocessing_for(spec)
+    shard = strat.input_shard  # a process of a multi-process JAX run reads its own part
     train_ds = pipeline.train_dataset(plan.source, plan.train_split, config.batch_size,
                                       image_size=size, seed=config.seed,
                                       preprocessing=preprocessing,
-                                      deterministic=config.deterministic)
+                                      deterministic=config.deterministic, shard=shard)
     # Without a slice of train held out, each epoch end is scored on the dataset's own
     # held-out split, for test-error curves like the paper's; no decision is made from them.
     val_ds = None if not plan.held_out else pipeline.eval_dataset(
         plan.source, plan.held_out, config.batch_size, image_size=size,
-        preprocessing=preprocessing)
+        preprocessing=preprocessing, shard=shard)
     schedule = plan.schedule()
     with strat.scope():
         net = build_and_compile(plan.model, schedule, config, spec=spec)
@@ -200,8 +202,9 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
         # indexed: skipping costs nothing, so a seeded run never repeats its first ones).
         train_ds = train_ds.skip(resumed)
     guard = run_callbacks.TrainingGuard(steps)
-    backup = run_callbacks.RunBackup(backup_dir, every=config.backup_every,
-                                     steps_per_epoch=spe, chief=chief, saved_step=resumed)
+    own_backup = os.path.join(run_dir, rundir.BACKUP)  # the chief's: backup_dir
+    backup = run_callbacks.RunBackup(own_backup, every=config.backup_every,
+                                     steps_per_epoch=spe, saved_step=resumed)
     callbacks = [guard, backup]
     if importlib.util.find_spec("tensorflow") is not None:  # Keras writes it with tf.summary
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(run_dir, rundir.LOGS)))
@@ -224,13 +227,14 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
                 initial_epoch=min((resumed or 0) // spe, epochs), validation_data=val_ds,
                 callbacks=callbacks, verbose=0)
     except BaseException as error:
-        sessions.record()  # the steps this process made are on record
+        # The steps this process made are on record: the guard's count, as on JAX the
+        # model's state is unreadable once a collective failed.
+        sessions.record(guard.step)
         lost = distribute.lost_worker(error)
         if lost is None:
             raise
-        step = run_callbacks.optimizer_step(net)
-        raise WorkerLost(f"Lost {lost}, at step {step}; {kept()}. Restart every worker with "
-                         "the same command to resume.", step) from None
+        raise WorkerLost(f"Lost {lost}, at step {guard.step}; {kept()}. Restart every worker "
+                         "with the same command to resume.", guard.step) from None
 
     if guard.nan_step is not None:
         raise TrainingDiverged(
@@ -241,8 +245,7 @@ def _fit(plan: TrainPlan, *, run_dir: str, chief: bool, verbose: int) -> keras.M
     # The chief writes model.keras atomically; other workers save into their temp dir.
     with atomic_path(os.path.join(run_dir, rundir.MODEL)) as tmp:
         save_plain(net, tmp)
-    if chief:
-        shutil.rmtree(backup_dir, ignore_errors=True)
+    shutil.rmtree(own_backup, ignore_errors=True)
     return net
 
 

@@ -90,21 +90,32 @@ def test_multi_worker_mirrored_two_workers_via_cli(tmp_path, cifar10_data_dir):
                                            "sessions.json"]
 
 
-def kill_after_backup(argv: list[str], env: dict, run_dir, step: int = 10) -> int:
-    """Starts `argv`, SIGKILLs it once its backup in `run_dir` has reached `step`; returns the
-    backup's step."""
+def wait_for_backup(processes: list[subprocess.Popen], run_dir, step: int,
+                    timeout: float = 400) -> None:
+    """Returns once the backup in `run_dir` has reached `step`, all `processes` still
+    running (an assertion error if one ended first)."""
     meta = run_dir / "backup" / "training_metadata.json"
-    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env=env)
-    deadline = time.time() + 300
-    while time.time() < deadline and first.poll() is None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and all(p.poll() is None for p in processes):
         if meta.exists() and json.loads(meta.read_text())["step"] >= step:
             break
         time.sleep(0.2)
-    assert first.poll() is None, "training ended before it could be killed"
+    assert all(p.poll() is None for p in processes), "training ended before it could be killed"
+
+
+def backup_step(run_dir) -> int:
+    return json.loads((run_dir / "backup" / "training_metadata.json").read_text())["step"]
+
+
+def kill_after_backup(argv: list[str], env: dict, run_dir, step: int = 10) -> int:
+    """Starts `argv`, SIGKILLs it once its backup in `run_dir` has reached `step`; returns the
+    backup's step."""
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=env)
+    wait_for_backup([first], run_dir, step, timeout=300)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    return json.loads(meta.read_text())["step"]
+    return backup_step(run_dir)
 
 
 def test_sigkill_then_rerun_resumes_and_ends_at_the_same_step(tmp_path, cifar10_data_dir):
@@ -138,7 +149,6 @@ def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights
     traceback of CollectiveReduceV2), its steps on record; the same two commands resume from
     the chief's backup to the exact step count."""
     run_dir = tmp_path / "mwms-killed"
-    meta = run_dir / "backup" / "training_metadata.json"
 
     def start_workers(ports):
         cluster = {"worker": [f"localhost:{p}" for p in ports]}
@@ -155,12 +165,7 @@ def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights
 
     ports = [_free_port(), _free_port()]
     first = start_workers(ports)
-    deadline = time.time() + 400
-    while time.time() < deadline and all(p.poll() is None for p in first):
-        if meta.exists() and json.loads(meta.read_text())["step"] >= 8:
-            break
-        time.sleep(0.2)
-    assert all(p.poll() is None for p in first), "training ended before it could be killed"
+    wait_for_backup(first, run_dir, 8)
     first[1].send_signal(signal.SIGKILL)  # the worker
     first[1].wait()
     survivor = first[0].communicate(timeout=300)[0]
@@ -173,7 +178,7 @@ def test_a_worker_killed_mid_run_then_both_restarted_resume_to_identical_weights
     assert all(line.startswith("keras-preact") for line in survivor.strip().splitlines()), \
         survivor[-3000:]
     (session,) = rundir.read_sessions(run_dir)
-    killed_at = json.loads(meta.read_text())["step"]
+    killed_at = backup_step(run_dir)
     assert session["steps"][1] >= killed_at  # it was [0, 0]: no epoch had ended
     assert 8 <= killed_at < 30 and not (run_dir / "model.keras").exists()
 
