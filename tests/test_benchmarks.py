@@ -88,3 +88,19 @@ def test_gpu_check_dry_run():
     assert not any(r.get("tensorflow_imported") for r in runs), runs  # as on a GPU machine
     params = {(r["model"], r["trainable_params"]) for r in runs}
     assert len(params) == 2, params  # the same net on both sides
+
+
+def test_backend_parity_tiny(tmp_path, cifar10_data_dir):
+    """benchmarks/backend_parity.py at 2 steps of a depth-8 net: one row per backend, each
+    scored on the test split, and each backend's mean."""
+    pytest.importorskip("jax")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "backend_parity.py"), "--steps", "2", "--seeds", "0",
+         "--data-dir", cifar10_data_dir, "--train-flag=--override=depth=8",
+         "--train-flag=--batch-size=16"],
+        capture_output=True, text=True, env=_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [r for r in _table(done.stdout) if r[0] != "backend"]
+    assert [r[:2] for r in rows] == [["tensorflow", "0"], ["jax", "0"]], done.stdout
+    assert all(0 <= float(r[2]) <= 100 for r in rows), done.stdout
+    assert re.search(r"^jax: mean \d+\.\d\d %", done.stdout, re.M), done.stdout
