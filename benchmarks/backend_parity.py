@@ -9,8 +9,8 @@ spread. Every run made is printed; none is chosen.
 
     PYTHONPATH=. python benchmarks/backend_parity.py --data-dir ../shared/tensorflow_datasets
 
-Each run is a fresh process; on 2 CPU cores a TensorFlow run takes ~5 min, a JAX one about an
-hour (XLA's CPU convolutions; benchmarks/README.md).
+Each run is a fresh process; on 2 CPU cores a TensorFlow run takes ~5 min, a JAX one several
+times longer (benchmarks/README.md, "TensorFlow, JAX and PyTorch side by side").
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS),
-                   help="only these (a JAX run of 400 steps takes ~1 h on 2 CPU cores)")
+                   help="only these (JAX trains several times slower on a CPU)")
     p.add_argument("--data-dir", default=None, help="TFDS data_dir holding cifar10")
     p.add_argument("--train-flag", action="append", default=[], metavar="FLAG",
                    help="another `keras-preact train` flag for every run, e.g. "

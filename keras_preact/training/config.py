@@ -140,7 +140,8 @@ class TrainConfig:
     stages: str = field(
         "auto", "scan: run each stage's identical units as one loop (full pre-activation nets; "
         "a much faster start and less memory, benchmarks/README.md); auto (default): scan "
-        "where it applies, else layers (or the form of the run it resumes)", resume=KEEP,
+        "where it applies, but for JAX on CPU (slower there), else layers (or the form of the "
+        "run it resumes)", resume=KEEP,
         choices=STAGES)
     recompute: bool = field(False, "scanned stages: recompute whole units in the backward "
                             "pass (less memory, more time; benchmarks/README.md)")

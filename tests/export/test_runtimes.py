@@ -505,7 +505,7 @@ def test_a_run_trained_on_jax_exports_to_every_format(cifar_images, tmp_path, ca
     from tests.training.test_jax import _train_arrays
 
     run_dir = tmp_path / "jax-run"
-    _train_arrays(run_dir, "bfloat16")
+    _train_arrays(run_dir, "bfloat16", stages="scan")
     assert json.loads((run_dir / "config.json").read_text())["stages"] == "scan"
     trained = load_for_inference(run_dir)
     assert "mixed_bfloat16" in {layer.dtype_policy.name for layer in trained.layers}
