@@ -48,18 +48,6 @@ def is_jax() -> bool:
     return name() == "jax"
 
 
-def scans_by_default() -> bool:
-    """Whether `--stages auto` trains full pre-activation nets with scanned stages here:
-    on TensorFlow, and on JAX with accelerators; not on JAX's CPU, where XLA runs the loop
-    several times slower than the plain layer graph (benchmarks/README.md, "TensorFlow, JAX
-    and PyTorch side by side")."""
-    if not is_jax():
-        return True
-    import jax
-
-    return jax.default_backend() != "cpu"
-
-
 def jit_compile(asked: bool) -> bool:
     """What `model.compile(jit_compile=...)` gets: `--jit-compile` is TensorFlow's choice of
     XLA; JAX's fit always compiles its steps with XLA (uncompiled, it runs op by op)."""

@@ -139,9 +139,9 @@ class TrainConfig:
     jit_compile: bool = field(False, "compile steps with XLA")
     stages: str = field(
         "auto", "scan: run each stage's identical units as one loop (full pre-activation nets; "
-        "a much faster start and less memory, benchmarks/README.md); auto (default): scan "
-        "where it applies, but for JAX on CPU (slower there), else layers (or the form of the "
-        "run it resumes)", resume=KEEP,
+        "a much faster start and less memory, benchmarks/README.md; on JAX's CPU, layers train "
+        "faster); auto (default): scan where it applies, else layers (or the form of the run "
+        "it resumes)", resume=KEEP,
         choices=STAGES)
     recompute: bool = field(False, "scanned stages: recompute whole units in the backward "
                             "pass (less memory, more time; benchmarks/README.md)")

@@ -12,7 +12,6 @@ import os
 
 from keras_preact import rundir
 from keras_preact.arch import scan
-from keras_preact.training import backend
 from keras_preact.training.config import (
     DIVERGED_MAY_CHANGE,
     RESUME_KEYS,
@@ -57,12 +56,12 @@ def check_sessions(output: str) -> None:
 
 def resolve_stages(stages: str, spec, output: str | None = None) -> str:
     """The form `train` builds: `"auto"` is the form of an earlier run in `output` (so it
-    resumes), else "scan" for the nets it runs where it is not slower (a much faster start
-    and less memory; benchmarks/README.md; `backend.scans_by_default`), else "layers"."""
+    resumes), else "scan" for the nets it runs (a much faster start and less memory;
+    benchmarks/README.md; on TensorFlow and JAX alike), else "layers"."""
     check_choice("stages", stages, STAGES)
     if stages == "auto":
         stages = (output and saved_config(output).get("stages")) or (
-            "scan" if scan.scannable(spec) and backend.scans_by_default() else "layers")
+            "scan" if scan.scannable(spec) else "layers")
     if stages == "scan":
         scan.check_scannable(spec)
     return stages
