@@ -251,11 +251,10 @@ def test_mixed_precision_keeps_bn_relu_outputs_for_the_backward_pass(precision, 
     assert layers and {layer.recompute_bn for layer in layers} == {recompute_bn}
 
 
-def test_a_rerun_leaving_the_recipe_to_its_defaults_resumes_with_the_run_s_own(
-        tmp_path, monkeypatch):
-    """steps, batch_size, lr and warm-up left unset take the resumed run's recorded values,
-    not today's defaults: a fine-tune made when its default batch was 128 (now 32) resumed
-    only with `--batch-size 128` (#43). Where there is nothing to resume, the defaults."""
+@pytest.fixture
+def images_in_cwd(tmp_path, monkeypatch):
+    """A folder `images/` of two classes of three 8x8 images in the working directory, and
+    `train` that plans and returns its config without fitting."""
     import numpy as np
     import PIL.Image
 
@@ -268,6 +267,15 @@ def test_a_rerun_leaving_the_recipe_to_its_defaults_resumes_with_the_run_s_own(
                 tmp_path / "images" / name / f"{i}.png")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(trainer, "_fit", lambda plan, **where: plan.config)
+
+
+def test_a_rerun_leaving_the_recipe_to_its_defaults_resumes_with_the_run_s_own(
+        tmp_path, images_in_cwd):
+    """steps, batch_size, lr and warm-up left unset take the resumed run's recorded values,
+    not today's defaults: a fine-tune made when its default batch was 128 (now 32) resumed
+    only with `--batch-size 128` (#43). Where there is nothing to resume, the defaults."""
+    from keras_preact.training import trainer
+
     fixed = dict(dataset="images", val_examples=1, overrides={"depth": 8})
     trainer.train("preact-20", output="run", steps=3, batch_size=2, lr=0.05, **fixed)
     (tmp_path / "run" / rundir.BACKUP).mkdir()
@@ -279,22 +287,12 @@ def test_a_rerun_leaving_the_recipe_to_its_defaults_resumes_with_the_run_s_own(
         trainer.train("preact-20", output="run", **fixed)
 
 
-def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, monkeypatch):
+def test_one_folder_spelt_two_ways_is_one_run_and_resumes(tmp_path, images_in_cwd):
     """`--dataset images/`, `images` and its absolute path (and `--weights` likewise) name one
     folder: config.json records it absolute, and the rerun resumes instead of being refused
     as a run with other settings (#43)."""
-    import numpy as np
-    import PIL.Image
-
     from keras_preact.training import resume, trainer
 
-    for name in ("cat", "dog"):
-        (tmp_path / "images" / name).mkdir(parents=True)
-        for i in range(3):
-            PIL.Image.fromarray(np.zeros((8, 8, 3), "uint8")).save(
-                tmp_path / "images" / name / f"{i}.png")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(trainer, "_fit", lambda plan, **where: plan.config)
     fields = dict(steps=2, batch_size=2, val_examples=1, overrides={"depth": 8})
     config = trainer.train("preact-20", output="run", dataset="images/", **fields)
     assert config.dataset == rundir.read_config("run")["dataset"] == str(tmp_path / "images")
